@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The control protocol between libshunt (and the CLI) and shuntd: fixed-size,
+ * versioned messages over a SOCK_SEQPACKET Unix socket, file descriptors in
+ * SCM_RIGHTS. See docs/protocol.md. shuntd learns identity from SO_PEERCRED
+ * and addresses from the sockets it is handed, never from message fields.
+ */
+#ifndef SHUNT_PROTO_H
+#define SHUNT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHUNT_PROTO_VERSION 1u
+
+enum shunt_msg_type {
+	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied */
+	SHUNT_MSG_LISTEN = 2,		/* lib -> d + listening socket, replied + doorbell */
+	SHUNT_MSG_UNLISTEN = 3,		/* lib -> d, not replied */
+	SHUNT_MSG_CONNECT = 4,		/* lib -> d + bound socket, replied (+ circuit) */
+	SHUNT_MSG_ACCEPT = 5,		/* lib -> d + listening socket, replied (+ circuit) */
+	SHUNT_MSG_CLOSE = 6,		/* lib -> d, not replied */
+	SHUNT_MSG_STATUS = 7,		/* cli -> d, answered by a stream of records */
+	SHUNT_MSG_STATUS_SESSION = 8,	/* d -> cli */
+	SHUNT_MSG_STATUS_LISTENER = 9,	/* d -> cli */
+	SHUNT_MSG_STATUS_CONN = 10,	/* d -> cli */
+	SHUNT_MSG_STATUS_END = 11,	/* d -> cli, last record */
+	SHUNT_MSG_TYPE_MAX = 11,
+	SHUNT_MSG_REPLY = 0x8000,	/* or'ed into the type of a reply */
+};
+
+enum shunt_msg_limits {
+	SHUNT_MSG_MAX = 512,		/* no message is larger */
+	SHUNT_MSG_MAX_FDS = 4,		/* no message carries more descriptors */
+	SHUNT_COMM_LEN = 16,
+};
+
+/* Positive reply statuses; negative ones are -errno. */
+enum shunt_reply_status {
+	SHUNT_OK = 0,
+	SHUNT_USE_KERNEL = 1,		/* connect: no shunt listener matches, use the kernel */
+};
+
+struct shunt_msg_hdr {
+	uint16_t type;
+	uint16_t version;
+	uint32_t len;			/* of the whole message, header included */
+	uint32_t seq;			/* echoed in the reply */
+	int32_t status;			/* replies only */
+};
+
+/* An IPv4 or IPv6 socket address, port in host order. */
+struct shunt_wire_addr {
+	uint16_t family;		/* AF_INET or AF_INET6 */
+	uint16_t port;
+	uint32_t scope_id;
+	uint32_t flowinfo;
+	uint32_t reserved;
+	uint8_t addr[16];		/* AF_INET uses the first 4 bytes */
+};
+
+struct shunt_msg_hello {
+	struct shunt_msg_hdr h;
+	uint32_t flags;
+	uint32_t reserved;
+};
+
+struct shunt_msg_hello_reply {
+	struct shunt_msg_hdr h;
+	uint64_t session;
+	uint32_t ring_size;		/* default ring size of this daemon */
+	uint32_t reserved;
+};
+
+/* LISTEN carries the listening socket; the reply carries the backlog doorbell. */
+struct shunt_msg_listen {
+	struct shunt_msg_hdr h;
+	uint64_t listener;		/* 0 to register, else the id to refresh */
+};
+
+struct shunt_msg_listen_reply {
+	struct shunt_msg_hdr h;
+	uint64_t listener;
+};
+
+struct shunt_msg_unlisten {
+	struct shunt_msg_hdr h;
+	uint64_t listener;
+};
+
+enum shunt_connect_flags {
+	SHUNT_CONNECT_NONBLOCK = 1u << 0,
+};
+
+/* CONNECT carries the client's socket, already bound to its local address. */
+struct shunt_msg_connect {
+	struct shunt_msg_hdr h;
+	struct shunt_wire_addr dst;
+	uint32_t flags;			/* enum shunt_connect_flags */
+	uint32_t reserved;
+};
+
+struct shunt_msg_accept {
+	struct shunt_msg_hdr h;
+	uint64_t listener;
+};
+
+enum shunt_circuit_flags {
+	SHUNT_CIRCUIT_NEW_LINK = 1u << 0, /* link memfd and both eventfds follow */
+};
+
+/*
+ * Reply to CONNECT (status SHUNT_OK) and ACCEPT: the circuit memfd, then if
+ * SHUNT_CIRCUIT_NEW_LINK the link memfd, this side's eventfd, the peer's.
+ */
+struct shunt_msg_circuit {
+	struct shunt_msg_hdr h;
+	uint64_t circuit;
+	uint64_t link;
+	uint32_t ring_size;
+	uint32_t slot;			/* the circuit's slot in the link */
+	uint8_t end;			/* enum shunt_end_index */
+	uint8_t link_side;		/* 0 or 1 */
+	uint16_t flags;			/* enum shunt_circuit_flags */
+	uint32_t reserved;
+	struct shunt_wire_addr local;	/* as the kernel would report getsockname */
+	struct shunt_wire_addr peer;	/* and getpeername */
+};
+
+struct shunt_msg_close {
+	struct shunt_msg_hdr h;
+	uint64_t circuit;
+	uint32_t end;
+	uint32_t reserved;
+};
+
+struct shunt_msg_status {
+	struct shunt_msg_hdr h;
+	uint32_t flags;
+	uint32_t reserved;
+};
+
+struct shunt_msg_status_session {
+	struct shunt_msg_hdr h;
+	uint64_t session;
+	int32_t pid;
+	uint32_t uid;
+	char comm[SHUNT_COMM_LEN];
+};
+
+struct shunt_msg_status_listener {
+	struct shunt_msg_hdr h;
+	uint64_t listener;
+	uint64_t session;
+	uint64_t netns;
+	struct shunt_wire_addr addr;
+	uint32_t backlog;
+	uint32_t queued;
+};
+
+struct shunt_msg_status_conn {
+	struct shunt_msg_hdr h;
+	uint64_t circuit;
+	uint64_t session[2];		/* per end; 0 once that end is gone */
+	struct shunt_wire_addr addr[2];	/* local address of each end */
+	uint64_t bytes[2];		/* bytes each end has sent (its tx ring's tail) */
+	uint32_t state[2];		/* enum shunt_end_state of each end */
+	uint32_t setup;			/* enum shunt_setup_state */
+	uint32_t ring_size;
+};
+
+struct shunt_msg_status_end {
+	struct shunt_msg_hdr h;
+	uint64_t circuits_total;	/* circuits created since the daemon started */
+	uint64_t sessions_total;
+	uint64_t kernel_fallbacks;	/* connects answered SHUNT_USE_KERNEL */
+};
+
+_Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v1");
+_Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v1");
+_Static_assert(sizeof(struct shunt_msg_circuit) == 112, "wire v1");
+_Static_assert(sizeof(struct shunt_msg_status_conn) <= SHUNT_MSG_MAX, "fits");
+
+#endif

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/* The shunt command: one file per subcommand, dispatched from main.c's table. */
+#ifndef SHUNT_CLI_H
+#define SHUNT_CLI_H
+
+#include <stddef.h>
+
+struct shunt_cmd {
+	const char *name;
+	const char *summary;
+	int (*run)(int argc, char **argv);	/* argv[0] is the subcommand */
+};
+
+int shunt_cmd_run(int argc, char **argv);
+int shunt_cmd_daemon(int argc, char **argv);
+int shunt_cmd_status(int argc, char **argv);
+
+/*
+ * Where things are. Each honours an environment override (SHUNT_LIB,
+ * SHUNT_DAEMON, SHUNT_SOCKET), then looks next to this executable, in the
+ * build tree and in the installed layout. Return 0 and the path in @buf.
+ */
+int shunt_path_lib(char *buf, size_t n);
+int shunt_path_daemon(char *buf, size_t n);
+/* The control socket: SHUNT_SOCKET, /run/shunt for root, else per user. */
+void shunt_path_socket(char *buf, size_t n);
+
+/* Connect to shuntd's control socket: fd, or -errno. */
+int shunt_daemon_connect(const char *path);
+
+#endif

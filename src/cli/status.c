@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: MIT
+/*
+ * shunt status: the connections of every process using shunt, like ss:
+ * shared-memory circuits as shuntd knows them (with the bytes each end has
+ * moved), and the kernel TCP connections those processes hold, from
+ * sock_diag. Plain text or --json.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/sockdiag.h"
+#include "common/addr.h"
+#include "common/proto.h"
+#include "shunt/circuit.h"
+
+struct view {
+	struct shunt_msg_status_session *sessions;
+	size_t nsessions;
+	struct shunt_msg_status_listener *listeners;
+	size_t nlisteners;
+	struct shunt_msg_status_conn *conns;
+	size_t nconns;
+	struct shunt_msg_status_end end;
+	struct kconn *kconns;
+	size_t nkconns;
+};
+
+/* A kernel TCP socket held by a shunt process. */
+struct kconn {
+	int pid;
+	struct tcp_entry e;
+	int peer_pid;			/* the shunt process at the other end, or 0 */
+	int shown;
+};
+
+static int push(void **arr, size_t *n, const void *item, size_t size)
+{
+	void *p = realloc(*arr, (*n + 1) * size);
+
+	if (!p)
+		return -ENOMEM;
+	memcpy((char *)p + *n * size, item, size);
+	*arr = p;
+	(*n)++;
+	return 0;
+}
+
+static int fetch(const char *path, struct view *v)
+{
+	struct shunt_msg_status req;
+	int fd = shunt_daemon_connect(path), r = 0;
+
+	if (fd < 0)
+		return fd;
+	shunt_proto_init(&req, SHUNT_MSG_STATUS, sizeof(req), 1);
+	r = shunt_proto_send(fd, &req, NULL, 0);
+	while (r == 0) {
+		_Alignas(8) char buf[SHUNT_MSG_MAX];
+		int fds[SHUNT_MSG_MAX_FDS];
+		unsigned nfds = 0;
+		ssize_t len = shunt_proto_recv(fd, buf, fds, &nfds, 0);
+		const struct shunt_msg_hdr *h = (const void *)buf;
+
+		shunt_proto_close_fds(fds, nfds);
+		if (len <= 0 || shunt_proto_check(buf, (size_t)len) < 0) {
+			r = len < 0 ? (int)len : -EPROTO;
+			break;
+		}
+		switch (h->type) {
+		case SHUNT_MSG_STATUS_SESSION:
+			r = push((void **)&v->sessions, &v->nsessions, buf, sizeof(*v->sessions));
+			break;
+		case SHUNT_MSG_STATUS_LISTENER:
+			r = push((void **)&v->listeners, &v->nlisteners, buf, sizeof(*v->listeners));
+			break;
+		case SHUNT_MSG_STATUS_CONN:
+			r = push((void **)&v->conns, &v->nconns, buf, sizeof(*v->conns));
+			break;
+		case SHUNT_MSG_STATUS_END:
+			memcpy(&v->end, buf, sizeof(v->end));
+			close(fd);
+			return 0;
+		default:
+			r = -EPROTO;
+		}
+	}
+	close(fd);
+	return r;
+}
+
+static const struct shunt_msg_status_session *session(const struct view *v, uint64_t id)
+{
+	for (size_t i = 0; i < v->nsessions; i++)
+		if (v->sessions[i].session == id)
+			return &v->sessions[i];
+	return NULL;
+}
+
+/* Kernel TCP connections held by the sessions' processes (same namespace only). */
+static void find_kernel(struct view *v)
+{
+	struct tcp_entry *tcp;
+	size_t ntcp;
+
+	if (shunt_sockdiag_tcp(&tcp, &ntcp) < 0)
+		return;
+	for (size_t s = 0; s < v->nsessions; s++) {
+		char dirpath[64];
+		struct dirent *de;
+		DIR *d;
+
+		snprintf(dirpath, sizeof(dirpath), "/proc/%d/fd", v->sessions[s].pid);
+		d = opendir(dirpath);
+		if (!d)
+			continue;
+		while ((de = readdir(d))) {
+			char link[320], target[64];
+			unsigned long long ino;
+			ssize_t n;
+
+			snprintf(link, sizeof(link), "%s/%s", dirpath, de->d_name);
+			n = readlink(link, target, sizeof(target) - 1);
+			if (n <= 0)
+				continue;
+			target[n] = 0;
+			if (sscanf(target, "socket:[%llu]", &ino) != 1)
+				continue;
+			for (size_t t = 0; t < ntcp; t++) {
+				/* Listeners and the idle kernel halves of circuits are not connections. */
+				if (tcp[t].inode != ino || tcp[t].state == 10 || tcp[t].state == 7)
+					continue;
+				struct kconn k = { .pid = v->sessions[s].pid, .e = tcp[t] };
+
+				push((void **)&v->kconns, &v->nkconns, &k, sizeof(k));
+			}
+		}
+		closedir(d);
+	}
+	free(tcp);
+	/* Pair the two ends of a connection between two shunt processes. */
+	for (size_t i = 0; i < v->nkconns; i++)
+		for (size_t j = 0; j < v->nkconns; j++)
+			if (i != j && !memcmp(&v->kconns[i].e.local, &v->kconns[j].e.remote,
+					      sizeof(struct shunt_wire_addr)) &&
+			    !memcmp(&v->kconns[i].e.remote, &v->kconns[j].e.local,
+				    sizeof(struct shunt_wire_addr)))
+				v->kconns[i].peer_pid = v->kconns[j].pid;
+}
+
+static const char *circuit_state(const struct shunt_msg_status_conn *c)
+{
+	uint32_t a = c->state[0], b = c->state[1];
+
+	if (c->setup == SHUNT_SETUP_PENDING)
+		return "syn-sent";
+	if (c->setup == SHUNT_SETUP_REFUSED)
+		return "refused";
+	if ((a | b) & SHUNT_END_RESET)
+		return "reset";
+	if ((a & SHUNT_END_WR_SHUT) && (b & SHUNT_END_WR_SHUT))
+		return "closing";
+	if ((a | b) & SHUNT_END_WR_SHUT)
+		return "half-closed";
+	if (!c->session[1])
+		return "queued";
+	return "established";
+}
+
+static const char *tcp_state(uint8_t s)
+{
+	static const char *const names[] = {
+		"?", "established", "syn-sent", "syn-recv", "fin-wait-1", "fin-wait-2",
+		"time-wait", "close", "close-wait", "last-ack", "listen", "closing",
+	};
+
+	return s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
+}
+
+static void proc_label(const struct view *v, uint64_t sid, int pid, char *buf, size_t n)
+{
+	const struct shunt_msg_status_session *s = sid ? session(v, sid) : NULL;
+
+	if (s)
+		snprintf(buf, n, "%d/%.16s", s->pid, s->comm);
+	else if (pid > 0)
+		snprintf(buf, n, "%d", pid);
+	else
+		snprintf(buf, n, "-");
+}
+
+static void print_text(struct view *v)
+{
+	char a[SHUNT_ADDR_STRLEN], b[SHUNT_ADDR_STRLEN], pa[48], pb[48];
+
+	printf("%-9s %-12s %-22s %-22s %-22s %-22s %12s %12s\n", "TRANSPORT", "STATE", "CLIENT",
+	       "CLIENT ADDRESS", "SERVER", "SERVER ADDRESS", "CLIENT->SRV", "SRV->CLIENT");
+	for (size_t i = 0; i < v->nconns; i++) {
+		const struct shunt_msg_status_conn *c = &v->conns[i];
+
+		proc_label(v, c->session[0], 0, pa, sizeof(pa));
+		proc_label(v, c->session[1], 0, pb, sizeof(pb));
+		printf("%-9s %-12s %-22s %-22s %-22s %-22s %12llu %12llu\n", "shm", circuit_state(c),
+		       pa, shunt_addr_format(&c->addr[0], a, sizeof(a)), pb,
+		       shunt_addr_format(&c->addr[1], b, sizeof(b)), (unsigned long long)c->bytes[0],
+		       (unsigned long long)c->bytes[1]);
+	}
+	for (size_t i = 0; i < v->nkconns; i++) {
+		struct kconn *k = &v->kconns[i];
+
+		if (k->shown)
+			continue;
+		/* Show a connection between two shunt processes once. */
+		for (size_t j = 0; j < v->nkconns; j++)
+			if (v->kconns[j].pid == k->peer_pid && v->kconns[j].peer_pid == k->pid &&
+			    !memcmp(&v->kconns[j].e.local, &k->e.remote, sizeof(k->e.remote)))
+				v->kconns[j].shown = 1;
+		snprintf(pa, sizeof(pa), "%d", k->pid);
+		proc_label(v, 0, k->peer_pid, pb, sizeof(pb));
+		printf("%-9s %-12s %-22s %-22s %-22s %-22s %12llu %12llu\n", "kernel",
+		       tcp_state(k->e.state), pa, shunt_addr_format(&k->e.local, a, sizeof(a)), pb,
+		       shunt_addr_format(&k->e.remote, b, sizeof(b)),
+		       (unsigned long long)k->e.bytes_acked, (unsigned long long)k->e.bytes_received);
+	}
+	printf("\n%-22s %-30s %8s %8s\n", "LISTENER", "ADDRESS", "BACKLOG", "QUEUED");
+	for (size_t i = 0; i < v->nlisteners; i++) {
+		const struct shunt_msg_status_listener *l = &v->listeners[i];
+
+		proc_label(v, l->session, 0, pa, sizeof(pa));
+		printf("%-22s %-30s %8u %8u\n", pa, shunt_addr_format(&l->addr, a, sizeof(a)),
+		       l->backlog, l->queued);
+	}
+	printf("\n%zu processes, %zu shared-memory connections (%llu since start), "
+	       "%llu connects left to the kernel\n", v->nsessions, v->nconns,
+	       (unsigned long long)v->end.circuits_total,
+	       (unsigned long long)v->end.kernel_fallbacks);
+}
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", *s);
+		else
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static void json_addr(const struct shunt_wire_addr *w)
+{
+	char a[SHUNT_ADDR_STRLEN];
+
+	json_str(shunt_addr_format(w, a, sizeof(a)));
+}
+
+static void print_json(struct view *v)
+{
+	printf("{\"sessions\":[");
+	for (size_t i = 0; i < v->nsessions; i++) {
+		printf("%s{\"session\":%llu,\"pid\":%d,\"uid\":%u,\"comm\":", i ? "," : "",
+		       (unsigned long long)v->sessions[i].session, v->sessions[i].pid,
+		       v->sessions[i].uid);
+		char comm[SHUNT_COMM_LEN + 1] = { 0 };
+
+		memcpy(comm, v->sessions[i].comm, SHUNT_COMM_LEN);
+		json_str(comm);
+		printf("}");
+	}
+	printf("],\"listeners\":[");
+	for (size_t i = 0; i < v->nlisteners; i++) {
+		const struct shunt_msg_status_listener *l = &v->listeners[i];
+
+		printf("%s{\"listener\":%llu,\"session\":%llu,\"address\":", i ? "," : "",
+		       (unsigned long long)l->listener, (unsigned long long)l->session);
+		json_addr(&l->addr);
+		printf(",\"backlog\":%u,\"queued\":%u}", l->backlog, l->queued);
+	}
+	printf("],\"connections\":[");
+	size_t k = 0;
+
+	for (size_t i = 0; i < v->nconns; i++, k++) {
+		const struct shunt_msg_status_conn *c = &v->conns[i];
+		const struct shunt_msg_status_session *s0 = session(v, c->session[0]);
+		const struct shunt_msg_status_session *s1 = session(v, c->session[1]);
+
+		printf("%s{\"transport\":\"shm\",\"circuit\":%llu,\"state\":\"%s\","
+		       "\"client_pid\":%d,\"server_pid\":%d,\"client\":",
+		       k ? "," : "", (unsigned long long)c->circuit, circuit_state(c),
+		       s0 ? s0->pid : 0, s1 ? s1->pid : 0);
+		json_addr(&c->addr[0]);
+		printf(",\"server\":");
+		json_addr(&c->addr[1]);
+		printf(",\"client_to_server_bytes\":%llu,\"server_to_client_bytes\":%llu,"
+		       "\"ring_size\":%u}",
+		       (unsigned long long)c->bytes[0], (unsigned long long)c->bytes[1], c->ring_size);
+	}
+	for (size_t i = 0; i < v->nkconns; i++, k++) {
+		const struct kconn *c = &v->kconns[i];
+
+		printf("%s{\"transport\":\"kernel\",\"state\":\"%s\",\"pid\":%d,\"peer_pid\":%d,"
+		       "\"local\":",
+		       k ? "," : "", tcp_state(c->e.state), c->pid, c->peer_pid);
+		json_addr(&c->e.local);
+		printf(",\"remote\":");
+		json_addr(&c->e.remote);
+		printf(",\"bytes_sent\":%llu,\"bytes_received\":%llu}",
+		       (unsigned long long)c->e.bytes_acked, (unsigned long long)c->e.bytes_received);
+	}
+	printf("],\"totals\":{\"circuits_total\":%llu,\"sessions_total\":%llu,"
+	       "\"kernel_fallbacks\":%llu}}\n",
+	       (unsigned long long)v->end.circuits_total, (unsigned long long)v->end.sessions_total,
+	       (unsigned long long)v->end.kernel_fallbacks);
+}
+
+int shunt_cmd_status(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct view v = { 0 };
+	char path[4096];
+	int json = 0, c, r;
+
+	shunt_path_socket(path, sizeof(path));
+	while ((c = getopt_long(argc, argv, "js:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			json = 1;
+			break;
+		case 's':
+			snprintf(path, sizeof(path), "%s", optarg);
+			break;
+		case 'h':
+			printf("usage: shunt status [--json] [--socket PATH]\n\n"
+			       "Connections of the processes using shunt: shared-memory circuits\n"
+			       "(bytes each way as counted by the rings) and kernel TCP connections\n"
+			       "(bytes from the kernel's tcp_info), then listeners and totals.\n");
+			return 0;
+		default:
+			fprintf(stderr, "usage: shunt status [--json] [--socket PATH]\n");
+			return 2;
+		}
+	}
+	r = fetch(path, &v);
+	if (r < 0) {
+		fprintf(stderr, "shunt: cannot query shuntd at %s: %s\n", path, strerror(-r));
+		return 1;
+	}
+	find_kernel(&v);
+	if (json)
+		print_json(&v);
+	else
+		print_text(&v);
+	free(v.sessions);
+	free(v.listeners);
+	free(v.conns);
+	free(v.kconns);
+	return 0;
+}

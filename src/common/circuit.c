@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: MIT
+/* Mapping a circuit memfd handed over by shuntd, after checking its geometry. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/circuit.h"
+
+bool shunt_circuit_ring_size_ok(uint32_t ring_size)
+{
+	return ring_size >= SHUNT_RING_MIN && ring_size <= SHUNT_RING_MAX &&
+	       (ring_size & (ring_size - 1)) == 0;
+}
+
+int shunt_circuit_map(int memfd, uint32_t ring_size, struct shunt_circuit_hdr **out)
+{
+	size_t size = shunt_circuit_size(ring_size);
+	struct stat st;
+	void *p;
+	int seals;
+
+	if (!shunt_circuit_ring_size_ok(ring_size))
+		return -EINVAL;
+	if (fstat(memfd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || (size_t)st.st_size != size)
+		return -EPROTO;
+	/* A raw call: in the preload, fcntl() is the library's own wrapper. */
+	seals = (int)syscall(SYS_fcntl, memfd, F_GET_SEALS);
+	if (seals < 0)
+		return -errno;
+	if (!(seals & F_SEAL_SHRINK))
+		return -EPROTO;
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	*out = p;
+	return 0;
+}
+
+void shunt_circuit_unmap(struct shunt_circuit_hdr *hdr, uint32_t ring_size)
+{
+	if (hdr)
+		munmap(hdr, shunt_circuit_size(ring_size));
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Framing of control messages: one message per SOCK_SEQPACKET record, with
+ * descriptors in SCM_RIGHTS, and the strict check of everything received.
+ */
+#ifndef SHUNT_COMMON_PROTO_H
+#define SHUNT_COMMON_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shunt/proto.h"
+
+/* Fill in the header of a @len-byte message. */
+void shunt_proto_init(void *msg, uint16_t type, size_t len, uint32_t seq);
+
+/*
+ * Send one message and @nfds descriptors (at most SHUNT_MSG_MAX_FDS). Never
+ * raises SIGPIPE; retries EINTR. Returns 0 or -errno.
+ */
+int shunt_proto_send(int sock, const void *msg, const int *fds, unsigned nfds);
+
+/*
+ * Receive one message into @buf (SHUNT_MSG_MAX bytes) and its descriptors
+ * into @fds (SHUNT_MSG_MAX_FDS slots, received close-on-exec). Retries EINTR
+ * unless @flags has MSG_DONTWAIT. Returns the length (0 at end of stream) or
+ * -errno; a truncated record or descriptor list is -EPROTO with every
+ * received descriptor closed. The message is not yet checked.
+ */
+ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flags);
+
+/*
+ * Check a received message: its version, a known type, and a length equal
+ * to the fixed size of that type (a reply with a non-zero status is a bare
+ * header). Returns 0 or -EPROTO.
+ */
+int shunt_proto_check(const void *buf, size_t len);
+
+/* Fixed size of messages of @type (with or without SHUNT_MSG_REPLY), or 0. */
+size_t shunt_proto_size(uint16_t type);
+
+/* Close @n descriptors, e.g. ones received with a message that is refused. */
+void shunt_proto_close_fds(const int *fds, unsigned n);
+
+#endif

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One direction of a circuit as seen by one side: a single-producer
+ * single-consumer byte ring whose indices live in shared memory. Each side
+ * keeps its own index privately and only reads the other's; whatever it reads
+ * is checked, so a hostile peer can never make it touch memory outside the
+ * ring (DESIGN decision 3).
+ */
+#ifndef SHUNT_RING_H
+#define SHUNT_RING_H
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "shunt/circuit.h"
+
+struct shunt_ring {
+	struct shunt_ring_ctl *ctl;	/* shared: tail and head */
+	uint8_t *data;			/* shared: @size bytes */
+	uint32_t size;			/* power of two, as shuntd sized it */
+	uint64_t pos;			/* ours: tail if we produce, head if we consume */
+	uint64_t seen;			/* last value read of the other side's index */
+};
+
+/* Attach to ring @r of a mapped circuit; @at_tail for the producer. */
+void shunt_ring_attach(struct shunt_ring *ring, struct shunt_circuit_hdr *hdr, unsigned r,
+		       uint32_t ring_size, int producer);
+
+/*
+ * Producer: free bytes after re-reading the consumer's head (acquire, pairs
+ * with the release in shunt_ring_consume), or -EPROTO if the head the peer
+ * published is impossible.
+ */
+static inline long shunt_ring_space(struct shunt_ring *ring)
+{
+	uint64_t head = atomic_load_explicit(&ring->ctl->head, memory_order_acquire);
+	uint64_t used = ring->pos - head;
+
+	if (used > ring->size)
+		return -EPROTO;
+	ring->seen = head;
+	return (long)(ring->size - used);
+}
+
+/* Producer: free bytes according to the last head seen (no shared access). */
+static inline size_t shunt_ring_space_cached(const struct shunt_ring *ring)
+{
+	return ring->size - (size_t)(ring->pos - ring->seen);
+}
+
+/*
+ * Consumer: bytes available after re-reading the producer's tail (acquire,
+ * pairs with the release in shunt_ring_publish), or -EPROTO if impossible.
+ */
+static inline long shunt_ring_avail(struct shunt_ring *ring)
+{
+	uint64_t tail = atomic_load_explicit(&ring->ctl->tail, memory_order_acquire);
+	uint64_t avail = tail - ring->pos;
+
+	if (avail > ring->size)
+		return -EPROTO;
+	ring->seen = tail;
+	return (long)avail;
+}
+
+/* Consumer: bytes available according to the last tail seen. */
+static inline size_t shunt_ring_avail_cached(const struct shunt_ring *ring)
+{
+	return (size_t)(ring->seen - ring->pos);
+}
+
+/* Copy @len bytes into the ring at @off past our tail (caller checked space). */
+static inline void shunt_ring_put(struct shunt_ring *ring, size_t off, const void *src, size_t len)
+{
+	size_t at = (size_t)((ring->pos + off) & (ring->size - 1));
+	size_t first = ring->size - at;
+
+	if (first >= len) {
+		memcpy(ring->data + at, src, len);
+	} else {
+		memcpy(ring->data + at, src, first);
+		memcpy(ring->data, (const uint8_t *)src + first, len - first);
+	}
+}
+
+/* Copy @len bytes out of the ring at @off past our head (caller checked avail). */
+static inline void shunt_ring_get(const struct shunt_ring *ring, size_t off, void *dst, size_t len)
+{
+	size_t at = (size_t)((ring->pos + off) & (ring->size - 1));
+	size_t first = ring->size - at;
+
+	if (first >= len) {
+		memcpy(dst, ring->data + at, len);
+	} else {
+		memcpy(dst, ring->data + at, first);
+		memcpy((uint8_t *)dst + first, ring->data, len - first);
+	}
+}
+
+/* Producer: make @len more bytes visible (release, pairs with shunt_ring_avail). */
+static inline void shunt_ring_publish(struct shunt_ring *ring, size_t len)
+{
+	ring->pos += len;
+	atomic_store_explicit(&ring->ctl->tail, ring->pos, memory_order_release);
+}
+
+/* Consumer: return @len bytes of credit (release, pairs with shunt_ring_space). */
+static inline void shunt_ring_consume(struct shunt_ring *ring, size_t len)
+{
+	ring->pos += len;
+	atomic_store_explicit(&ring->ctl->head, ring->pos, memory_order_release);
+}
+
+#endif

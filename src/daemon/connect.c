@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Connection setup: CONNECT matches a client socket with a registered
+ * listener and queues a new circuit on it (or says "use the kernel"), ACCEPT
+ * hands the oldest queued circuit to a process that proves it holds the
+ * listener, CLOSE retires one end.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/addr.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "daemon/shuntd.h"
+
+/*
+ * The addresses each end will report. The connector sees its own bound
+ * address and the one it connected to; the acceptor sees the address the
+ * client reached and the client's address, both in the listener's family
+ * (v4-mapped on a dual-stack IPv6 listener), as the kernel reports them.
+ */
+static void set_addresses(struct circuit *c, const struct shunt_wire_addr *client,
+			  const struct shunt_wire_addr *dst, const struct listener *l)
+{
+	struct shunt_wire_addr reached = *dst, from = *client;
+
+	shunt_addr_unmap(&reached);
+	if (shunt_addr_is_any(&reached)) {
+		if (reached.family == AF_INET) {
+			reached.addr[0] = 127;
+			reached.addr[3] = 1;
+		} else {
+			reached.addr[15] = 1;
+		}
+	}
+	c->local[SHUNT_END_CONNECTOR] = *client;
+	c->peer[SHUNT_END_CONNECTOR] = *dst;
+	if (shunt_addr_is_any(dst)) {
+		/* connect() to the wildcard reports the loopback peer it reached. */
+		c->peer[SHUNT_END_CONNECTOR] = reached;
+		if (dst->family == AF_INET6 && reached.family == AF_INET)
+			shunt_addr_map_v6(&c->peer[SHUNT_END_CONNECTOR]);
+	}
+	shunt_addr_unmap(&from);
+	if (l->addr.family == AF_INET6) {
+		shunt_addr_map_v6(&reached);
+		shunt_addr_map_v6(&from);
+	}
+	reached.port = l->addr.port;
+	reached.flowinfo = 0;
+	from.flowinfo = 0;
+	c->local[SHUNT_END_ACCEPTOR] = reached;
+	c->peer[SHUNT_END_ACCEPTOR] = from;
+}
+
+/*
+ * The local address the kernel picks for a connection from a @family socket
+ * to a local @dst: 127.0.0.1 (or ::1) for loopback and wildcard
+ * destinations, the destination itself otherwise.
+ */
+static struct shunt_wire_addr source_for(const struct shunt_wire_addr *dst, int family)
+{
+	struct shunt_wire_addr src = *dst;
+
+	shunt_addr_unmap(&src);
+	if (shunt_addr_is_any(&src) || shunt_addr_is_loopback(&src)) {
+		memset(src.addr, 0, sizeof(src.addr));
+		if (src.family == AF_INET) {
+			src.addr[0] = 127;
+			src.addr[3] = 1;
+		} else {
+			src.addr[15] = 1;
+		}
+	}
+	if (family == AF_INET6)
+		shunt_addr_map_v6(&src);
+	src.port = 0;
+	src.flowinfo = 0;
+	return src;
+}
+
+/* Bind an unbound client socket as connect() would: source address, ephemeral port. */
+static int bind_client(int fd, const struct sock_facts *f, const struct shunt_wire_addr *dst,
+		       struct shunt_wire_addr *local)
+{
+	struct shunt_wire_addr src = source_for(dst, f->domain);
+	struct sockaddr_storage ss;
+	socklen_t len = shunt_addr_from_wire(&src, &ss);
+
+	if (bind(fd, (struct sockaddr *)&ss, len) < 0)
+		return -errno;
+	len = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return -errno;
+	return shunt_addr_to_wire((struct sockaddr *)&ss, len, local);
+}
+
+void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_connect *m, int fd)
+{
+	struct sock_facts f;
+	struct listener *l = NULL;
+	struct circuit *c;
+	struct link *link;
+	int r = shuntd_socket_facts(fd, &f);
+
+	if (r == 0 && f.listening)
+		r = -EINVAL;
+	if (r == 0)
+		r = shunt_addr_check(&m->dst);
+	if (r == 0 && (m->dst.family != f.domain && f.domain != AF_INET6))
+		r = -EAFNOSUPPORT;
+	if (r == 0)
+		l = shuntd_listener_match(d, f.netns, &m->dst);
+	/* Bound only once a listener matched: remote connections keep the kernel's choice. */
+	if (l && !f.local.port && bind_client(fd, &f, &m->dst, &f.local) < 0)
+		l = NULL;
+	/* Bound to a wildcard address, a socket still reports a real source once connected. */
+	if (l && shunt_addr_is_any(&f.local)) {
+		uint16_t port = f.local.port;
+
+		f.local = source_for(&m->dst, f.domain);
+		f.local.port = port;
+	}
+	close(fd);
+	if (r < 0) {
+		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, r);
+		return;
+	}
+	if (!l) {
+		d->kernel_fallbacks++;
+		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_USE_KERNEL);
+		return;
+	}
+	c = shuntd_circuit_create(d, d->cfg.ring_size);
+	link = c ? shuntd_link_get(d, s, l->session) : NULL;
+	if (!link || shuntd_link_slot(link, &c->slot) < 0) {
+		/* Out of resources: this connection simply goes through the kernel. */
+		if (c)
+			shuntd_circuit_destroy(d, c);
+		d->kernel_fallbacks++;
+		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_USE_KERNEL);
+		return;
+	}
+	c->link = link;
+	c->side[SHUNT_END_CONNECTOR] = (uint8_t)shuntd_link_side_of(link, s);
+	c->side[SHUNT_END_ACCEPTOR] = c->side[SHUNT_END_CONNECTOR] ^ 1;
+	set_addresses(c, &f.local, &m->dst, l);
+	c->listener = l;
+	if (l->queued < l->max_queued) {
+		c->queue = CIRCUIT_ACCEPTQ;
+		shunt_list_add_tail(&l->acceptq, &c->queue_node);
+		l->queued++;
+		atomic_store(&c->hdr->setup, SHUNT_SETUP_ESTABLISHED);
+		eventfd_write(l->doorbell, 1);
+	} else {
+		/* Like a SYN dropped on a full accept queue: it waits for room. */
+		c->queue = CIRCUIT_SYN;
+		shunt_list_add_tail(&l->synq, &c->queue_node);
+	}
+	shuntd_circuit_hold(c, SHUNT_END_CONNECTOR, s);
+	if (shuntd_circuit_reply(d, s, c, SHUNT_END_CONNECTOR, SHUNT_MSG_CONNECT, m->h.seq) < 0)
+		shuntd_circuit_end_done(d, c, SHUNT_END_CONNECTOR, true);
+}
+
+void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_accept *m, int fd)
+{
+	struct listener *l = shunt_map_get(&d->listeners, m->listener);
+	struct sock_facts f;
+	struct circuit *c;
+	eventfd_t one;
+	int r = shuntd_socket_facts(fd, &f);
+
+	close(fd);
+	/* Whoever holds the listening socket may accept on it, and no one else. */
+	if (r == 0 && (!l || !f.listening || f.inode != l->inode))
+		r = -ENOENT;
+	if (r == 0 && shunt_list_empty(&l->acceptq))
+		r = -EAGAIN;
+	if (r < 0) {
+		shuntd_session_reply_status(s, SHUNT_MSG_ACCEPT, m->h.seq, r);
+		return;
+	}
+	c = shunt_list_first(&l->acceptq, struct circuit, queue_node);
+	shuntd_circuit_unqueue(c);
+	eventfd_read(l->doorbell, &one);
+	shuntd_listener_admit(d, l);
+	if (c->link->side[c->side[SHUNT_END_ACCEPTOR]] != s)
+		shunt_debug("circuit %llu accepted by pid %d, not by the listener's owner",
+			    (unsigned long long)c->id, (int)s->pid);
+	shuntd_circuit_hold(c, SHUNT_END_ACCEPTOR, s);
+	r = shuntd_circuit_reply(d, s, c, SHUNT_END_ACCEPTOR, SHUNT_MSG_ACCEPT, m->h.seq);
+	close(c->memfd);
+	c->memfd = -1;
+	if (r < 0)
+		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, true);
+}
+
+void shuntd_close(struct shuntd *d, struct session *s, const struct shunt_msg_close *m)
+{
+	struct circuit *c = shunt_map_get(&d->circuits, m->circuit);
+
+	if (!c || m->end > 1 || c->end[m->end].session != s)
+		return;
+	/* A client that gives up while its SYN waits: the server never sees it. */
+	if (m->end == SHUNT_END_CONNECTOR && c->queue == CIRCUIT_SYN) {
+		shuntd_circuit_unqueue(c);
+		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
+	}
+	shuntd_circuit_end_done(d, c, m->end, false);
+}

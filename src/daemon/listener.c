@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The listener registry: shunt listening sockets keyed by network namespace,
+ * address and port, matched against connect() the way the kernel matches a
+ * SYN, each with its own accept queue of circuits and a backlog as large as
+ * the kernel's.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <ifaddrs.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+#include <netinet/in.h>
+
+#include "common/addr.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "daemon/shuntd.h"
+
+static void reply_listen(struct session *s, uint32_t seq, uint64_t id, int doorbell)
+{
+	struct shunt_msg_listen_reply r;
+
+	shunt_proto_init(&r, SHUNT_MSG_LISTEN | SHUNT_MSG_REPLY, sizeof(r), seq);
+	r.listener = id;
+	shuntd_session_reply(s, &r, doorbell >= 0 ? &doorbell : NULL, doorbell >= 0);
+}
+
+void shuntd_listener_register(struct shuntd *d, struct session *s,
+			      const struct shunt_msg_listen *m, int fd)
+{
+	struct sock_facts f;
+	struct listener *l;
+	int r = shuntd_socket_facts(fd, &f);
+
+	/* We keep no reference: the port belongs to the process, not to us. */
+	close(fd);
+	if (r == 0 && !f.listening)
+		r = -EINVAL;
+	if (r < 0) {
+		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, r);
+		return;
+	}
+	if (m->listener) {
+		l = shunt_map_get(&d->listeners, m->listener);
+		if (!l || l->session != s || l->inode != f.inode) {
+			shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOENT);
+			return;
+		}
+		/* listen() again: the kernel changed the backlog; so do we. */
+		l->max_queued = f.max_backlog + 1;
+		shuntd_listener_admit(d, l);
+		reply_listen(s, m->h.seq, l->id, -1);
+		return;
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
+		return;
+	}
+	l->doorbell = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
+	l->id = shuntd_new_id(d);
+	if (l->doorbell < 0 || shunt_map_put(&d->listeners, l->id, l) < 0) {
+		r = l->doorbell < 0 ? -errno : -ENOMEM;
+		if (l->doorbell >= 0)
+			close(l->doorbell);
+		free(l);
+		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, r);
+		return;
+	}
+	l->session = s;
+	l->netns = f.netns;
+	l->addr = f.local;
+	l->v6only = f.v6only;
+	l->inode = f.inode;
+	l->max_queued = f.max_backlog + 1;
+	shunt_list_init(&l->acceptq);
+	shunt_list_init(&l->synq);
+	shunt_list_add_tail(&s->listeners, &l->session_node);
+	char a[SHUNT_ADDR_STRLEN];
+
+	shunt_debug("listener %llu: %s backlog %u (pid %d)", (unsigned long long)l->id,
+		    shunt_addr_format(&l->addr, a, sizeof(a)), f.max_backlog, (int)s->pid);
+	reply_listen(s, m->h.seq, l->id, l->doorbell);
+}
+
+void shuntd_listener_unregister(struct shuntd *d, struct session *s, uint64_t id)
+{
+	struct listener *l = shunt_map_get(&d->listeners, id);
+
+	if (l && l->session == s)
+		shuntd_listener_destroy(d, l);
+}
+
+void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
+{
+	struct shunt_list *pos, *tmp;
+
+	/* A SYN still waiting for room meets a closed port: connection refused. */
+	shunt_list_for_each_safe(pos, tmp, &l->synq) {
+		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
+
+		shuntd_circuit_unqueue(c);
+		shuntd_circuit_set_setup(d, c, SHUNT_SETUP_REFUSED);
+		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
+	}
+	/* Established but never accepted: the kernel resets them. */
+	shunt_list_for_each_safe(pos, tmp, &l->acceptq) {
+		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
+
+		shuntd_circuit_unqueue(c);
+		atomic_fetch_or(&c->hdr->end[SHUNT_END_ACCEPTOR].state,
+				SHUNT_END_CLOSED | SHUNT_END_RESET);
+		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
+	}
+	shunt_list_del(&l->session_node);
+	shunt_map_del(&d->listeners, l->id);
+	close(l->doorbell);
+	free(l);
+}
+
+/*
+ * Whether @dst is an address of this host as seen from network namespace
+ * @netns. Loopback always is; other addresses are checked against the
+ * daemon's own namespace, refreshed at most once a second.
+ */
+static bool is_local(struct shuntd *d, uint64_t netns, const struct shunt_wire_addr *dst)
+{
+	static struct shunt_wire_addr cache[64];
+	static unsigned ncache;
+	static time_t cached_at;
+	time_t now = time(NULL);
+
+	if (shunt_addr_is_loopback(dst))
+		return true;
+	if (netns != d->netns_self)
+		return false;
+	if (now != cached_at) {
+		struct ifaddrs *ifa, *i;
+
+		ncache = 0;
+		cached_at = now;
+		if (getifaddrs(&ifa) == 0) {
+			for (i = ifa; i && ncache < 64; i = i->ifa_next) {
+				if (!i->ifa_addr)
+					continue;
+				socklen_t len = i->ifa_addr->sa_family == AF_INET ?
+						sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+
+				if (shunt_addr_to_wire(i->ifa_addr, len, &cache[ncache]) == 0)
+					ncache++;
+			}
+			freeifaddrs(ifa);
+		}
+	}
+	for (unsigned k = 0; k < ncache; k++)
+		if (shunt_addr_same_ip(&cache[k], dst))
+			return true;
+	return false;
+}
+
+/*
+ * How well listener @l matches an IPv4 or IPv6 destination, as the kernel's
+ * compute_score ranks listeners: -1 no match, an address-specific socket
+ * before a wildcard one, an IPv4 socket before a dual-stack IPv6 one.
+ */
+static int score(const struct listener *l, const struct shunt_wire_addr *dst)
+{
+	struct shunt_wire_addr la = l->addr;
+
+	if (la.port != dst->port)
+		return -1;
+	if (dst->family == AF_INET) {
+		if (la.family == AF_INET6) {
+			if (l->v6only)
+				return -1;
+			if (!shunt_addr_is_any(&la) && !shunt_addr_is_v4mapped(&la))
+				return -1;
+			shunt_addr_unmap(&la);
+			if (la.family == AF_INET6) /* :: */
+				return 1;
+			return shunt_addr_same_ip(&la, dst) ? 3 : -1;
+		}
+		if (shunt_addr_is_any(&la))
+			return 2;
+		return shunt_addr_same_ip(&la, dst) ? 4 : -1;
+	}
+	if (la.family != AF_INET6)
+		return -1;
+	if (shunt_addr_is_any(&la))
+		return 1;
+	return shunt_addr_same_ip(&la, dst) && la.scope_id == dst->scope_id ? 3 : -1;
+}
+
+struct listener *shuntd_listener_match(struct shuntd *d, uint64_t netns,
+				       const struct shunt_wire_addr *dst_in)
+{
+	struct shunt_wire_addr dst = *dst_in;
+	struct listener *best = NULL, *l;
+	int best_score = -1;
+	uint64_t key;
+	size_t it = 0;
+
+	/* An IPv6 socket connecting to ::ffff:a.b.c.d makes an IPv4 connection. */
+	shunt_addr_unmap(&dst);
+	/* connect() to the wildcard address reaches the local host. */
+	if (shunt_addr_is_any(&dst)) {
+		if (dst.family == AF_INET) {
+			dst.addr[0] = 127;
+			dst.addr[3] = 1;
+		} else {
+			dst.addr[15] = 1;
+		}
+	}
+	if (!is_local(d, netns, &dst))
+		return NULL;
+	while ((l = shunt_map_next(&d->listeners, &it, &key))) {
+		if (l->netns != netns)
+			continue;
+		int sc = score(l, &dst);
+
+		if (sc > best_score) {
+			best_score = sc;
+			best = l;
+		}
+	}
+	return best;
+}
+
+void shuntd_listener_admit(struct shuntd *d, struct listener *l)
+{
+	while (!shunt_list_empty(&l->synq) && l->queued < l->max_queued) {
+		struct circuit *c = shunt_list_first(&l->synq, struct circuit, queue_node);
+
+		shunt_list_del(&c->queue_node);
+		c->queue = CIRCUIT_ACCEPTQ;
+		shunt_list_add_tail(&l->acceptq, &c->queue_node);
+		l->queued++;
+		eventfd_write(l->doorbell, 1);
+		shuntd_circuit_set_setup(d, c, SHUNT_SETUP_ESTABLISHED);
+	}
+}

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+/* shuntd's event loop: the control socket, every session, and idle exit. */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "daemon/shuntd.h"
+
+/* Tags for the daemon's own descriptors; sessions are tagged with themselves. */
+static char tag_listen, tag_signal;
+static int signal_fd = -1;
+
+int shuntd_loop_watch(struct shuntd *d, int fd, void *tag)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = tag };
+
+	return epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+void shuntd_loop_unwatch(struct shuntd *d, int fd)
+{
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+int shuntd_loop_init(struct shuntd *d)
+{
+	sigset_t set;
+
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (d->epfd < 0) {
+		shunt_err("epoll_create1: %s", strerror(errno));
+		return -1;
+	}
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (signal_fd < 0 || shuntd_loop_watch(d, signal_fd, &tag_signal) < 0 ||
+	    shuntd_loop_watch(d, d->listen_fd, &tag_listen) < 0) {
+		shunt_err("cannot set up the event loop: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int shuntd_loop_run(struct shuntd *d)
+{
+	int64_t idle_since = now_ms();
+
+	while (!d->stopping) {
+		struct epoll_event evs[64];
+		int timeout = -1;
+		int n;
+
+		if (d->cfg.idle_exit_ms >= 0 && d->sessions.len == 0) {
+			int64_t left = idle_since + d->cfg.idle_exit_ms - now_ms();
+
+			if (left <= 0) {
+				shunt_info("idle for %d ms, exiting", d->cfg.idle_exit_ms);
+				break;
+			}
+			timeout = (int)left;
+		}
+		n = epoll_wait(d->epfd, evs, 64, timeout);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			shunt_err("epoll_wait: %s", strerror(errno));
+			return -1;
+		}
+		for (int i = 0; i < n; i++) {
+			void *tag = evs[i].data.ptr;
+
+			if (tag == &tag_listen) {
+				shuntd_session_accept(d);
+			} else if (tag == &tag_signal) {
+				struct signalfd_siginfo si;
+
+				if (read(signal_fd, &si, sizeof(si)) == sizeof(si)) {
+					shunt_info("signal %u, exiting", si.ssi_signo);
+					d->stopping = true;
+				}
+			} else {
+				shuntd_session_input(d, tag);
+			}
+		}
+		if (d->sessions.len)
+			idle_since = now_ms();
+	}
+	return 0;
+}

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: MIT
+/* shuntd: options, the control socket, and the start of the event loop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/circuit.h"
+#include "common/log.h"
+#include "daemon/shuntd.h"
+
+uint64_t shuntd_new_id(struct shuntd *d)
+{
+	return ++d->next_id;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: shuntd [--socket PATH] [--ring-size BYTES] [--idle-exit SECONDS]\n"
+		"              [--socket-mode OCTAL] [--log LEVEL]\n"
+		"\n"
+		"The shunt daemon: authenticates processes running under shunt, matches\n"
+		"their connect() calls with listeners, and hands both ends a shared-memory\n"
+		"circuit. It is never on the data path.\n"
+		"\n"
+		"  --socket PATH        control socket (default /run/shunt/shuntd.sock)\n"
+		"  --ring-size BYTES    bytes per ring direction, a power of two (default %u)\n"
+		"  --idle-exit SECONDS  exit after that long with no client (default: never)\n"
+		"  --socket-mode OCTAL  permissions of the control socket (default 0666)\n"
+		"  --log LEVEL          quiet, error, warn, info or debug (default warn)\n",
+		SHUNT_RING_DEFAULT);
+}
+
+static int parse(int argc, char **argv, struct shuntd_config *cfg)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "ring-size", required_argument, NULL, 'r' },
+		{ "idle-exit", required_argument, NULL, 'i' },
+		{ "socket-mode", required_argument, NULL, 'm' },
+		{ "log", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	enum shunt_log_level level = shunt_log_parse(getenv("SHUNT_LOG"), SHUNT_LOG_WARN);
+	int c;
+
+	while ((c = getopt_long(argc, argv, "s:r:i:m:l:h", opts, NULL)) != -1) {
+		char *end = NULL;
+
+		switch (c) {
+		case 's':
+			cfg->socket_path = optarg;
+			break;
+		case 'r':
+			cfg->ring_size = (uint32_t)strtoul(optarg, &end, 0);
+			if (*end || !shunt_circuit_ring_size_ok(cfg->ring_size)) {
+				fprintf(stderr, "shuntd: --ring-size %s: must be a power of two "
+					"between %u and %u\n", optarg, SHUNT_RING_MIN, SHUNT_RING_MAX);
+				return -1;
+			}
+			break;
+		case 'i':
+			cfg->idle_exit_ms = (int)(strtod(optarg, &end) * 1000);
+			if (*end || cfg->idle_exit_ms < 0) {
+				fprintf(stderr, "shuntd: --idle-exit %s: not a number of seconds\n", optarg);
+				return -1;
+			}
+			break;
+		case 'm':
+			cfg->socket_mode = (mode_t)strtoul(optarg, &end, 8);
+			if (*end) {
+				fprintf(stderr, "shuntd: --socket-mode %s: not an octal mode\n", optarg);
+				return -1;
+			}
+			break;
+		case 'l':
+			level = shunt_log_parse(optarg, (enum shunt_log_level)-1);
+			if (level == (enum shunt_log_level)-1) {
+				fprintf(stderr, "shuntd: --log %s: use quiet, error, warn, info or debug\n",
+					optarg);
+				return -1;
+			}
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -1;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return -1;
+	}
+	shunt_log_setup("shuntd", level);
+	return 0;
+}
+
+/* Make the directory of the socket if missing (one level, like /run/shunt). */
+static int make_socket_dir(const char *path)
+{
+	char buf[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char *dir;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	dir = dirname(buf);
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		shunt_err("cannot create %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int open_control_socket(struct shuntd *d)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	const char *path = d->cfg.socket_path;
+	int fd, probe;
+
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		shunt_err("socket path %s is too long (at most %zu bytes)", path,
+			  sizeof(sun.sun_path) - 1);
+		return -1;
+	}
+	strcpy(sun.sun_path, path);
+	if (make_socket_dir(path) < 0)
+		return -1;
+	/* A live daemon answers; a stale socket file is replaced. */
+	probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (probe >= 0 && connect(probe, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
+		close(probe);
+		shunt_err("another shuntd already serves %s", path);
+		return -1;
+	}
+	if (probe >= 0)
+		close(probe);
+	unlink(path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		shunt_err("socket: %s", strerror(errno));
+		return -1;
+	}
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+		shunt_err("cannot bind %s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	chmod(path, d->cfg.socket_mode);
+	if (listen(fd, 256) < 0) {
+		shunt_err("listen on %s: %s", path, strerror(errno));
+		close(fd);
+		unlink(path);
+		return -1;
+	}
+	d->listen_fd = fd;
+	return 0;
+}
+
+/* The daemon holds a few descriptors per link and listener: lift the soft limit. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+static uint64_t own_netns(void)
+{
+	struct stat st;
+
+	return stat("/proc/self/ns/net", &st) == 0 ? st.st_ino : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct shuntd d;
+	int r;
+
+	d.cfg = (struct shuntd_config){
+		.socket_path = "/run/shunt/shuntd.sock",
+		.ring_size = SHUNT_RING_DEFAULT,
+		.idle_exit_ms = -1,
+		.socket_mode = 0666,
+	};
+	if (getenv("SHUNT_SOCKET") && *getenv("SHUNT_SOCKET"))
+		d.cfg.socket_path = getenv("SHUNT_SOCKET");
+	if (parse(argc, argv, &d.cfg) < 0)
+		return 2;
+	signal(SIGPIPE, SIG_IGN);
+	raise_nofile();
+	d.netns_self = own_netns();
+	shunt_map_init(&d.sessions);
+	shunt_map_init(&d.listeners);
+	shunt_map_init(&d.circuits);
+	if (open_control_socket(&d) < 0)
+		return 1;
+	if (shuntd_loop_init(&d) < 0) {
+		unlink(d.cfg.socket_path);
+		return 1;
+	}
+	shunt_info("serving %s (ring %u bytes)", d.cfg.socket_path, d.cfg.ring_size);
+	r = shuntd_loop_run(&d);
+	unlink(d.cfg.socket_path);
+	return r < 0 ? 1 : 0;
+}

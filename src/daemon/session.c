@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Sessions: one per connected process. Identity comes from SO_PEERCRED at
+ * connect time; every message is checked before it is acted on, and a
+ * malformed one is answered with an error, never trusted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/proto.h"
+#include "daemon/shuntd.h"
+
+static void read_comm(pid_t pid, char comm[SHUNT_COMM_LEN])
+{
+	char path[64];
+	ssize_t n = -1;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, comm, SHUNT_COMM_LEN - 1);
+		close(fd);
+	}
+	if (n <= 0)
+		n = 0;
+	comm[n] = 0;
+	comm[strcspn(comm, "\n")] = 0;
+}
+
+void shuntd_session_accept(struct shuntd *d)
+{
+	for (;;) {
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+		struct session *s;
+		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				shunt_warn("accept on the control socket: %s", strerror(errno));
+			return;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+			shunt_warn("SO_PEERCRED: %s; dropping the client", strerror(errno));
+			close(fd);
+			continue;
+		}
+		s = calloc(1, sizeof(*s));
+		if (!s) {
+			close(fd);
+			continue;
+		}
+		s->id = shuntd_new_id(d);
+		s->fd = fd;
+		s->pid = cred.pid;
+		s->uid = cred.uid;
+		s->gid = cred.gid;
+		read_comm(cred.pid, s->comm);
+		shunt_list_init(&s->listeners);
+		shunt_list_init(&s->ends);
+		shunt_map_init(&s->links);
+		if (shunt_map_put(&d->sessions, s->id, s) < 0 || shuntd_loop_watch(d, fd, s) < 0) {
+			shunt_map_del(&d->sessions, s->id);
+			close(fd);
+			free(s);
+			continue;
+		}
+		d->sessions_total++;
+		shunt_debug("session %llu: pid %d uid %u (%s)", (unsigned long long)s->id,
+			    (int)s->pid, (unsigned)s->uid, s->comm);
+	}
+}
+
+int shuntd_session_reply(struct session *s, void *msg, const int *fds, unsigned nfds)
+{
+	int r = shunt_proto_send(s->fd, msg, fds, nfds);
+
+	if (r < 0)
+		shunt_debug("session %llu: reply: %s", (unsigned long long)s->id, strerror(-r));
+	return r;
+}
+
+int shuntd_session_reply_status(struct session *s, uint16_t type, uint32_t seq, int status)
+{
+	struct shunt_msg_hdr h;
+
+	shunt_proto_init(&h, type | SHUNT_MSG_REPLY, sizeof(h), seq);
+	h.status = status;
+	return shuntd_session_reply(s, &h, NULL, 0);
+}
+
+/* Descriptors each request type must carry. */
+static unsigned fds_expected(uint16_t type)
+{
+	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT;
+}
+
+static bool has_reply(uint16_t type)
+{
+	return type != SHUNT_MSG_UNLISTEN && type != SHUNT_MSG_CLOSE && type != SHUNT_MSG_STATUS;
+}
+
+static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m)
+{
+	struct shunt_msg_hello_reply r;
+
+	shunt_proto_init(&r, SHUNT_MSG_HELLO | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
+	r.session = s->id;
+	r.ring_size = d->cfg.ring_size;
+	shuntd_session_reply(s, &r, NULL, 0);
+}
+
+static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *fds, unsigned nfds)
+{
+	const struct shunt_msg_hdr *h = buf;
+
+	if (h->type & SHUNT_MSG_REPLY || nfds != fds_expected(h->type)) {
+		shunt_info("session %llu (pid %d): message type %u with %u descriptors refused",
+			   (unsigned long long)s->id, (int)s->pid, h->type, nfds);
+		shunt_proto_close_fds(fds, nfds);
+		if (!(h->type & SHUNT_MSG_REPLY) && has_reply(h->type))
+			shuntd_session_reply_status(s, h->type, h->seq, -EPROTO);
+		return;
+	}
+	switch (h->type) {
+	case SHUNT_MSG_HELLO:
+		hello(d, s, buf);
+		break;
+	case SHUNT_MSG_LISTEN:
+		shuntd_listener_register(d, s, buf, fds[0]);
+		break;
+	case SHUNT_MSG_UNLISTEN:
+		shuntd_listener_unregister(d, s, ((const struct shunt_msg_unlisten *)buf)->listener);
+		break;
+	case SHUNT_MSG_CONNECT:
+		shuntd_connect(d, s, buf, fds[0]);
+		break;
+	case SHUNT_MSG_ACCEPT:
+		shuntd_accept(d, s, buf, fds[0]);
+		break;
+	case SHUNT_MSG_CLOSE:
+		shuntd_close(d, s, buf);
+		break;
+	case SHUNT_MSG_STATUS:
+		shuntd_status(d, s, buf);
+		break;
+	default:
+		/* A status record type sent to the daemon. */
+		shunt_info("session %llu: unexpected message type %u", (unsigned long long)s->id,
+			   h->type);
+		break;
+	}
+}
+
+void shuntd_session_input(struct shuntd *d, struct session *s)
+{
+	/* A bounded batch per wakeup keeps one busy client from starving others. */
+	for (int i = 0; i < 32; i++) {
+		_Alignas(8) char buf[SHUNT_MSG_MAX];
+		int fds[SHUNT_MSG_MAX_FDS];
+		unsigned nfds = 0;
+		ssize_t n = shunt_proto_recv(s->fd, buf, fds, &nfds, MSG_DONTWAIT);
+
+		if (n == -EAGAIN)
+			return;
+		if (n == 0 || (n < 0 && n != -EPROTO)) {
+			shuntd_session_close(d, s);
+			return;
+		}
+		if (n < 0 || shunt_proto_check(buf, (size_t)n) < 0) {
+			/* Truncated, unknown or malformed: answer if we can tell what it was. */
+			shunt_info("session %llu (pid %d): malformed message refused",
+				   (unsigned long long)s->id, (int)s->pid);
+			shunt_proto_close_fds(fds, nfds);
+			if (n >= (ssize_t)sizeof(struct shunt_msg_hdr)) {
+				const struct shunt_msg_hdr *h = (const void *)buf;
+
+				if (h->type && h->type <= SHUNT_MSG_TYPE_MAX && has_reply(h->type))
+					shuntd_session_reply_status(s, h->type, h->seq, -EPROTO);
+			}
+			continue;
+		}
+		dispatch(d, s, buf, fds, nfds);
+	}
+}
+
+void shuntd_session_close(struct shuntd *d, struct session *s)
+{
+	struct shunt_list *pos, *tmp;
+	struct link *l;
+	uint64_t key;
+	size_t it = 0;
+
+	shunt_debug("session %llu (pid %d) gone", (unsigned long long)s->id, (int)s->pid);
+	shuntd_loop_unwatch(d, s->fd);
+	close(s->fd);
+	shunt_map_del(&d->sessions, s->id);
+	shunt_list_for_each_safe(pos, tmp, &s->listeners)
+		shuntd_listener_destroy(d, shunt_container_of(pos, struct listener, session_node));
+	shunt_list_for_each_safe(pos, tmp, &s->ends) {
+		struct circuit_end *e = shunt_container_of(pos, struct circuit_end, session_node);
+
+		shuntd_circuit_end_done(d, e->circuit, (unsigned)(e - e->circuit->end), true);
+	}
+	/* Links last: the ends above may still have needed them to wake peers. */
+	while ((l = shunt_map_next(&s->links, &it, &key)))
+		shuntd_link_session_gone(d, l, s);
+	shunt_map_free(&s->links);
+	free(s);
+}

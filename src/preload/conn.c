@@ -1,0 +1,485 @@
+// SPDX-License-Identifier: MIT
+/*
+ * A connection over a circuit: the byte stream, its shutdown and close, and
+ * the error states of the kernel's TCP that programs observe.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/circuit.h"
+#include "common/log.h"
+#include "preload/conn.h"
+#include "preload/control.h"
+#include "preload/plink.h"
+#include "preload/stats.h"
+#include "preload/util.h"
+#include "preload/wait.h"
+
+/* A position in an iovec array. */
+struct iov_cursor {
+	const struct iovec *iov;
+	int cnt;
+	size_t off;
+};
+
+static void copy_to_ring(struct shunt_ring *r, struct iov_cursor *cur, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		size_t n = cur->iov->iov_len - cur->off;
+
+		if (n > len - done)
+			n = len - done;
+		shunt_ring_put(r, done, (const char *)cur->iov->iov_base + cur->off, n);
+		done += n;
+		cur->off += n;
+		if (cur->off == cur->iov->iov_len) {
+			cur->iov++;
+			cur->cnt--;
+			cur->off = 0;
+		}
+	}
+}
+
+/* Copy @len bytes at @ring_off past our head into the iovecs, from @cur. */
+static void copy_from_ring(struct shunt_ring *r, size_t ring_off, struct iov_cursor *cur,
+			   size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		size_t n = cur->iov->iov_len - cur->off;
+
+		if (n > len - done)
+			n = len - done;
+		shunt_ring_get(r, ring_off + done, (char *)cur->iov->iov_base + cur->off, n);
+		done += n;
+		cur->off += n;
+		if (cur->off == cur->iov->iov_len) {
+			cur->iov++;
+			cur->cnt--;
+			cur->off = 0;
+		}
+	}
+}
+
+/* Total length of an iovec array, or -EINVAL past SSIZE_MAX. */
+static ssize_t iov_total(const struct iovec *iov, int cnt)
+{
+	size_t total = 0;
+
+	for (int i = 0; i < cnt; i++) {
+		if (iov[i].iov_len > (size_t)SSIZE_MAX - total)
+			return -EINVAL;
+		total += iov[i].iov_len;
+	}
+	return (ssize_t)total;
+}
+
+/* Skip empty leading iovecs so the copy loops always make progress. */
+static void cursor_init(struct iov_cursor *cur, const struct iovec *iov, int cnt)
+{
+	cur->iov = iov;
+	cur->cnt = cnt;
+	cur->off = 0;
+	while (cur->cnt && !cur->iov->iov_len) {
+		cur->iov++;
+		cur->cnt--;
+	}
+}
+
+struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
+{
+	struct shunt_conn *c;
+	struct shunt_plink *link;
+	struct shunt_circuit_hdr *hdr;
+	unsigned side = g->msg.link_side;
+	int r;
+
+	r = shunt_circuit_map(g->memfd, g->msg.ring_size, &hdr);
+	if (r < 0) {
+		shunt_warn("cannot map circuit %llu: %s", (unsigned long long)g->msg.circuit,
+			   strerror(-r));
+		shunt_grant_discard(g);
+		*err = r;
+		return NULL;
+	}
+	shunt_close_internal(g->memfd);
+	g->memfd = -1;
+	link = shunt_plink_attach(g);
+	shunt_grant_discard(g);
+	c = calloc(1, sizeof(*c));
+	if (!link || !c) {
+		free(c);
+		shunt_circuit_unmap(hdr, g->msg.ring_size);
+		*err = link ? -ENOMEM : -EPROTO;
+		return NULL;
+	}
+	c->hdr = hdr;
+	c->ring_size = g->msg.ring_size;
+	c->end = g->msg.end;
+	c->circuit = g->msg.circuit;
+	c->me = &hdr->end[c->end];
+	c->peer = &hdr->end[c->end ^ 1];
+	c->link = link;
+	c->wake_peer = (struct shunt_wake_target){
+		.end = c->peer, .link = &link->hdr->side[side ^ 1],
+		.slot = g->msg.slot, .efd = link->efd[side ^ 1],
+	};
+	c->wake_self = (struct shunt_wake_target){
+		.end = c->me, .link = &link->hdr->side[side],
+		.slot = g->msg.slot, .efd = link->efd[side],
+	};
+	c->local = g->msg.local;
+	c->remote = g->msg.peer;
+	pthread_mutex_init(&c->tx_lock, NULL);
+	pthread_mutex_init(&c->rx_lock, NULL);
+	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
+	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
+	return c;
+}
+
+/* Publish a state bit of our end and wake the peer to look at it. */
+static void publish_state(struct shunt_conn *c, uint32_t bits)
+{
+	atomic_fetch_or(&c->my_state, bits);
+	/* Release: bytes published before the FIN are seen with it. */
+	atomic_fetch_or_explicit(&c->me->state, bits, memory_order_release);
+	shunt_wake(&c->wake_peer, SHUNT_WAKE_ALL);
+}
+
+/*
+ * Turn what the peer published into the kernel's error state: its reset
+ * arrives as a pending ECONNRESET and a dead socket (data already received
+ * stays readable first).
+ */
+static uint32_t sync_peer(struct shunt_conn *c)
+{
+	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
+
+	if ((ps & SHUNT_END_RESET) && !atomic_exchange(&c->dead, true))
+		atomic_store(&c->sk_err, ECONNRESET);
+	return ps;
+}
+
+/* The peer wrote indices that cannot be: treat the connection as reset. */
+static void broken(struct shunt_conn *c)
+{
+	if (!atomic_exchange(&c->dead, true)) {
+		shunt_warn("circuit %llu: peer published impossible ring indices; resetting",
+			   (unsigned long long)c->circuit);
+		atomic_store(&c->sk_err, ECONNRESET);
+	}
+}
+
+static int take_error(struct shunt_conn *c)
+{
+	return atomic_exchange(&c->sk_err, 0);
+}
+
+static bool peer_gone(uint32_t ps)
+{
+	return ps & (SHUNT_END_CLOSED | SHUNT_END_RESET);
+}
+
+static bool tx_ready(void *arg)
+{
+	struct shunt_conn *c = arg;
+	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
+
+	return shunt_ring_space(&c->tx) != 0 || peer_gone(ps) || atomic_load(&c->dead);
+}
+
+void shunt_conn_close(struct shunt_conn *c, bool abort)
+{
+	long unread;
+
+	pthread_mutex_lock(&c->rx_lock);
+	unread = shunt_ring_avail(&c->rx);
+	pthread_mutex_unlock(&c->rx_lock);
+	if (!(atomic_load(&c->my_state) & SHUNT_END_CLOSED)) {
+		/* As the kernel: unread data or SO_LINGER 0 make close() a reset. */
+		if (abort || unread != 0)
+			publish_state(c, SHUNT_END_CLOSED | SHUNT_END_RESET);
+		else
+			publish_state(c, SHUNT_END_CLOSED | SHUNT_END_WR_SHUT);
+	}
+	shunt_ctl_close(c->circuit, c->end);
+	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
+	atomic_fetch_add(&shunt_stats.shm_rx_bytes, shunt_conn_rx_bytes(c));
+	shunt_circuit_unmap(c->hdr, c->ring_size);
+	pthread_mutex_destroy(&c->tx_lock);
+	pthread_mutex_destroy(&c->rx_lock);
+	free(c);
+}
+
+/* Why a send cannot proceed right now, or 0. Called under tx_lock. */
+static int send_blocked(struct shunt_conn *c, size_t total, ssize_t *pretend)
+{
+	uint32_t ps = sync_peer(c);
+	int err = take_error(c);
+
+	if (err)
+		return -err;
+	if (atomic_load(&c->dead) || (atomic_load(&c->my_state) & SHUNT_END_WR_SHUT))
+		return -EPIPE;
+	if (ps & SHUNT_END_CLOSED) {
+		/*
+		 * The peer's socket is gone: the kernel would send these bytes,
+		 * get a reset back (EPIPE pending, since the FIN came first) and
+		 * only fail the next call. So does this one.
+		 */
+		atomic_store(&c->dead, true);
+		atomic_store(&c->sk_err, EPIPE);
+		*pretend = (ssize_t)total;
+		return 1;
+	}
+	return 0;
+}
+
+ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
+			bool nonblock, int64_t timeout_us)
+{
+	ssize_t total = iov_total(iov, iovcnt), pretend = 0;
+	int64_t deadline = 0;
+	struct iov_cursor cur;
+	size_t done = 0;
+	int r = 0;
+
+	if (total < 0)
+		return total;
+	nonblock = nonblock || (flags & MSG_DONTWAIT);
+	cursor_init(&cur, iov, iovcnt);
+	pthread_mutex_lock(&c->tx_lock);
+	for (;;) {
+		size_t space, n;
+
+		r = send_blocked(c, (size_t)total - done, &pretend);
+		if (r)
+			break;
+		space = shunt_ring_space_cached(&c->tx);
+		if (space < (size_t)total - done) {
+			long s = shunt_ring_space(&c->tx);
+
+			if (s < 0) {
+				broken(c);
+				continue;
+			}
+			space = (size_t)s;
+		}
+		n = space < (size_t)total - done ? space : (size_t)total - done;
+		if (n) {
+			copy_to_ring(&c->tx, &cur, n);
+			shunt_ring_publish(&c->tx, n);
+			shunt_wake(&c->wake_peer, SHUNT_WAKE_RX);
+			done += n;
+		}
+		if (done == (size_t)total || nonblock)
+			break;
+		if (!deadline)
+			deadline = shunt_deadline(timeout_us);
+		r = shunt_wait_end(c->me, &c->me->tx_waiters, tx_ready, c, deadline);
+		if (r == -ETIMEDOUT)
+			r = -EAGAIN;
+		if (r)
+			break;
+	}
+	pthread_mutex_unlock(&c->tx_lock);
+	if (r == 1)
+		return (ssize_t)done + pretend;
+	if (done || total == 0)
+		return (ssize_t)done;
+	return r ? r : -EAGAIN;
+}
+
+/* What a waiting receiver needs: @need bytes, or any sign of EOF or error. */
+struct rx_want {
+	struct shunt_conn *c;
+	size_t need;
+};
+
+/* Receive readiness, for the wait loop. Called under rx_lock. */
+static bool rx_ready(void *arg)
+{
+	struct rx_want *w = arg;
+	struct shunt_conn *c = w->c;
+	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
+	long avail = shunt_ring_avail(&c->rx);
+
+	return avail < 0 || (size_t)avail >= w->need || (ps & ~SHUNT_END_RD_SHUT) ||
+	       (atomic_load(&c->my_state) & SHUNT_END_RD_SHUT) || atomic_load(&c->dead);
+}
+
+/*
+ * After consuming: wake a sender that waits for space once a third of the
+ * ring is free, the point at which the kernel calls a TCP socket writable.
+ */
+static void credit_returned(struct shunt_conn *c)
+{
+	size_t used = (size_t)(c->rx.seen - c->rx.pos);
+
+	if (used <= c->ring_size - c->ring_size / 3)
+		shunt_wake(&c->wake_peer, SHUNT_WAKE_TX);
+}
+
+ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
+			bool nonblock, int64_t timeout_us)
+{
+	ssize_t total = iov_total(iov, iovcnt);
+	bool peek = flags & MSG_PEEK, discard = flags & MSG_TRUNC;
+	struct rx_want want = { .c = c };
+	int64_t deadline = 0;
+	struct iov_cursor cur;
+	size_t copied = 0, target;
+	int r = 0;
+
+	if (total < 0)
+		return total;
+	if (flags & MSG_OOB)
+		return -EINVAL;		/* no urgent data is ever pending */
+	if (flags & MSG_ERRQUEUE)
+		return -EAGAIN;		/* and the error queue is always empty */
+	nonblock = nonblock || (flags & MSG_DONTWAIT);
+	target = (flags & MSG_WAITALL) ? (size_t)total : 1;
+	cursor_init(&cur, iov, iovcnt);
+	pthread_mutex_lock(&c->rx_lock);
+	for (;;) {
+		/* Peer state first: bytes published before its FIN are then visible. */
+		uint32_t ps = sync_peer(c);
+		long avail = shunt_ring_avail(&c->rx);
+
+		if (avail < 0) {
+			broken(c);
+			avail = 0;
+		}
+		if (!total)
+			break;
+		if (avail && peek) {
+			/* Peeking never consumes: copy again from the head each time. */
+			copied = (size_t)avail < (size_t)total ? (size_t)avail : (size_t)total;
+			cursor_init(&cur, iov, iovcnt);
+			copy_from_ring(&c->rx, 0, &cur, copied);
+			if (copied >= target)
+				break;
+		} else if (avail) {
+			size_t n = (size_t)total - copied;
+
+			if ((size_t)avail < n)
+				n = (size_t)avail;
+			if (!discard)
+				copy_from_ring(&c->rx, 0, &cur, n);
+			shunt_ring_consume(&c->rx, n);
+			credit_returned(c);
+			copied += n;
+			if (copied >= target)
+				break;
+			continue;	/* more may have come meanwhile */
+		}
+		r = take_error(c);
+		if (r) {
+			if (copied)
+				atomic_store(&c->sk_err, r);	/* reported by the next call */
+			r = copied ? 0 : -r;
+			break;
+		}
+		if (atomic_load(&c->dead) || (ps & ~SHUNT_END_RD_SHUT) ||
+		    (atomic_load(&c->my_state) & SHUNT_END_RD_SHUT))
+			break;		/* EOF: what we have, or 0 */
+		if (nonblock) {
+			r = copied ? 0 : -EAGAIN;
+			break;
+		}
+		if (!deadline)
+			deadline = shunt_deadline(timeout_us);
+		want.need = peek ? copied + 1 : 1;
+		r = shunt_wait_end(c->me, &c->me->rx_waiters, rx_ready, &want, deadline);
+		if (r == -ETIMEDOUT)
+			r = -EAGAIN;
+		if (r) {
+			r = copied ? 0 : r;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->rx_lock);
+	return r < 0 ? r : (ssize_t)copied;
+}
+
+int shunt_conn_shutdown(struct shunt_conn *c, int how)
+{
+	sync_peer(c);
+	if (how == SHUT_RD || how == SHUT_RDWR) {
+		atomic_fetch_or(&c->my_state, SHUNT_END_RD_SHUT);
+		atomic_fetch_or_explicit(&c->me->state, SHUNT_END_RD_SHUT, memory_order_release);
+		/* Our own blocked readers now see EOF. */
+		shunt_wake(&c->wake_self, SHUNT_WAKE_ALL);
+	}
+	if ((how == SHUT_WR || how == SHUT_RDWR) &&
+	    !(atomic_load(&c->my_state) & SHUNT_END_WR_SHUT)) {
+		publish_state(c, SHUNT_END_WR_SHUT);
+		shunt_wake(&c->wake_self, SHUNT_WAKE_ALL);
+	}
+	return atomic_load(&c->dead) ? -ENOTCONN : 0;
+}
+
+unsigned shunt_conn_poll(struct shunt_conn *c)
+{
+	uint32_t ps = sync_peer(c), ms = atomic_load(&c->my_state);
+	struct shunt_ring_ctl *rx = c->rx.ctl, *tx = c->tx.ctl;
+	/* Shared indices only: another thread may be inside send or recv. */
+	uint64_t in = atomic_load_explicit(&rx->tail, memory_order_acquire) -
+		      atomic_load_explicit(&rx->head, memory_order_relaxed);
+	uint64_t out = atomic_load_explicit(&tx->tail, memory_order_relaxed) -
+		       atomic_load_explicit(&tx->head, memory_order_acquire);
+	bool dead = atomic_load(&c->dead);
+	bool rcv_shut = dead || (ps & ~SHUNT_END_RD_SHUT) || (ms & SHUNT_END_RD_SHUT);
+	bool snd_shut = dead || (ms & SHUNT_END_WR_SHUT);
+	unsigned mask = 0;
+
+	if (in)
+		mask |= POLLIN | POLLRDNORM;
+	if (rcv_shut)
+		mask |= POLLIN | POLLRDNORM | POLLRDHUP;
+	if (rcv_shut && snd_shut)
+		mask |= POLLHUP;
+	/* Writable with a third of the ring free, as sk_stream_is_writeable. */
+	if (snd_shut || out > c->ring_size || c->ring_size - out >= c->ring_size / 3)
+		mask |= POLLOUT | POLLWRNORM;
+	if (atomic_load(&c->sk_err))
+		mask |= POLLERR;
+	return mask;
+}
+
+int shunt_conn_take_error(struct shunt_conn *c)
+{
+	sync_peer(c);
+	return take_error(c);
+}
+
+size_t shunt_conn_inq(struct shunt_conn *c)
+{
+	uint64_t n = atomic_load(&c->rx.ctl->tail) - atomic_load(&c->rx.ctl->head);
+
+	return n > c->ring_size ? 0 : (size_t)n;
+}
+
+size_t shunt_conn_outq(struct shunt_conn *c)
+{
+	uint64_t n = atomic_load(&c->tx.ctl->tail) - atomic_load(&c->tx.ctl->head);
+
+	return n > c->ring_size ? 0 : (size_t)n;
+}
+
+uint64_t shunt_conn_tx_bytes(struct shunt_conn *c)
+{
+	return atomic_load(&c->tx.ctl->tail);
+}
+
+uint64_t shunt_conn_rx_bytes(struct shunt_conn *c)
+{
+	return atomic_load(&c->rx.ctl->head);
+}

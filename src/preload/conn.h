@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A connection over a circuit: one end of it, as this process holds it.
+ * Byte-stream semantics follow the kernel's TCP: partial reads and writes,
+ * EOF after the peer's FIN, ECONNRESET after its reset (data first), EPIPE
+ * once the connection is gone, poll masks computed as tcp_poll does.
+ */
+#ifndef SHUNT_CONN_H
+#define SHUNT_CONN_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "common/ring.h"
+#include "common/wake.h"
+#include "shunt/proto.h"
+
+struct shunt_grant;
+struct shunt_plink;
+
+struct shunt_conn {
+	struct shunt_circuit_hdr *hdr;
+	uint32_t ring_size;
+	unsigned end;			/* enum shunt_end_index */
+	uint64_t circuit;
+	struct shunt_circuit_end *me, *peer;
+	struct shunt_plink *link;
+	struct shunt_wake_target wake_peer;	/* to wake the other end's owner */
+	struct shunt_wake_target wake_self;	/* to wake our own waiters */
+	struct shunt_wire_addr local, remote;
+
+	pthread_mutex_t tx_lock;	/* one sender at a time: the ring has one producer */
+	struct shunt_ring tx;		/* under tx_lock */
+	pthread_mutex_t rx_lock;	/* one receiver at a time */
+	struct shunt_ring rx;		/* under rx_lock */
+
+	_Atomic uint32_t my_state;	/* what we published in me->state */
+	_Atomic int sk_err;		/* pending error, reported once (the kernel's sk_err) */
+	_Atomic bool dead;		/* reset: reads say 0, writes EPIPE */
+};
+
+/*
+ * Attach to the circuit of a grant (taking over all its descriptors, even
+ * on failure). Returns the connection, or NULL with -errno in *@err.
+ */
+struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err);
+
+/*
+ * Close our end: a FIN, or a reset when @abort (SO_LINGER 0) or when data
+ * we never read is left (as the kernel does), then tell shuntd and unmap.
+ */
+void shunt_conn_close(struct shunt_conn *c, bool abort);
+
+/*
+ * Send or receive with the socket-call semantics of send(2)/recv(2): flags
+ * MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL, MSG_TRUNC (discard), MSG_OOB; @nonblock
+ * is the descriptor's O_NONBLOCK; @timeout_us SO_SNDTIMEO/SO_RCVTIMEO (0: none).
+ * Return bytes, or -errno (-EPIPE means the caller may owe a SIGPIPE).
+ */
+ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
+			bool nonblock, int64_t timeout_us);
+ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
+			bool nonblock, int64_t timeout_us);
+
+/* shutdown(2) on an established connection: 0 or -errno. */
+int shunt_conn_shutdown(struct shunt_conn *c, int how);
+
+/* The poll(2) mask tcp_poll would report. Lock-free. */
+unsigned shunt_conn_poll(struct shunt_conn *c);
+
+/* SO_ERROR: the pending error (cleared), or 0. */
+int shunt_conn_take_error(struct shunt_conn *c);
+
+/* FIONREAD and SIOCOUTQ: bytes we have not read; bytes the peer has not. */
+size_t shunt_conn_inq(struct shunt_conn *c);
+size_t shunt_conn_outq(struct shunt_conn *c);
+
+/* Bytes sent and received so far (our own ring positions). */
+uint64_t shunt_conn_tx_bytes(struct shunt_conn *c);
+uint64_t shunt_conn_rx_bytes(struct shunt_conn *c);
+
+#endif

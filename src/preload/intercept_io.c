@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Exported wrappers of the byte-stream calls. A descriptor that is not a
+ * shunt socket carrying a circuit goes to the C library untouched, after one
+ * table lookup; the others never enter the kernel in the common case.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "preload/fdtable.h"
+#include "preload/init.h"
+#include "preload/libc.h"
+#include "preload/ops.h"
+#include "preload/sock.h"
+#include "preload/util.h"
+
+ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen);
+ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags);
+ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+		       __SOCKADDR_ARG addr, socklen_t *alen);
+void __chk_fail(void) __attribute__((noreturn));
+
+/* The shunt socket behind @fd if it carries a circuit (a reference held), or NULL. */
+static struct shunt_sock *stream_of(int fd)
+{
+	struct shunt_sock *s;
+
+	shunt_ensure_init();
+	s = shunt_fdt_get(fd);
+	if (s && !shunt_op_streams(s)) {
+		shunt_sock_put(s);
+		s = NULL;
+	}
+	return s;
+}
+
+static ssize_t do_send(struct shunt_sock *s, const struct iovec *iov, int cnt, int flags)
+{
+	int saved = errno;
+	ssize_t r = shunt_op_send(s, iov, cnt, flags);
+
+	shunt_sock_put(s);
+	return shunt_ret(r, saved);
+}
+
+static ssize_t do_recv(struct shunt_sock *s, const struct iovec *iov, int cnt, int flags)
+{
+	int saved = errno;
+	ssize_t r = shunt_op_recv(s, iov, cnt, flags);
+
+	shunt_sock_put(s);
+	return shunt_ret(r, saved);
+}
+
+SHUNT_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	struct shunt_sock *s = stream_of(fd);
+	struct iovec iov = { (void *)buf, len };
+
+	if (!s)
+		return shunt_libc.send(fd, buf, len, flags);
+	return do_send(s, &iov, 1, flags);
+}
+
+SHUNT_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
+			    __CONST_SOCKADDR_ARG addr, socklen_t alen)
+{
+	struct shunt_sock *s = stream_of(fd);
+	struct iovec iov = { (void *)buf, len };
+
+	if (!s)
+		return shunt_libc.sendto(fd, buf, len, flags, addr.__sockaddr__, alen);
+	/* A connected stream socket ignores the destination, as tcp_sendmsg does. */
+	return do_send(s, &iov, 1, flags);
+}
+
+SHUNT_EXPORT ssize_t write(int fd, const void *buf, size_t len)
+{
+	struct shunt_sock *s = stream_of(fd);
+	struct iovec iov = { (void *)buf, len };
+
+	if (!s)
+		return shunt_libc.write(fd, buf, len);
+	return do_send(s, &iov, 1, 0);
+}
+
+SHUNT_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
+{
+	struct shunt_sock *s = stream_of(fd);
+
+	if (!s)
+		return shunt_libc.writev(fd, iov, cnt);
+	if (cnt < 0 || cnt > IOV_MAX) {
+		shunt_sock_put(s);
+		errno = EINVAL;
+		return -1;
+	}
+	return do_send(s, iov, cnt, 0);
+}
+
+SHUNT_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	struct shunt_sock *s = stream_of(fd);
+	int saved = errno;
+	ssize_t r;
+
+	if (!s)
+		return shunt_libc.sendmsg(fd, msg, flags);
+	r = shunt_op_sendmsg(s, fd, msg, flags);
+	shunt_sock_put(s);
+	return shunt_ret(r, saved);
+}
+
+SHUNT_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags)
+{
+	struct shunt_sock *s = stream_of(fd);
+	int saved = errno;
+	ssize_t r = 0;
+	unsigned int i;
+
+	if (!s)
+		return shunt_libc.sendmmsg(fd, vec, n, flags);
+	if (n > IOV_MAX)
+		n = IOV_MAX;	/* the kernel's UIO_MAXIOV cap */
+	for (i = 0; i < n; i++) {
+		r = shunt_op_sendmsg(s, fd, &vec[i].msg_hdr, flags);
+		if (r < 0)
+			break;
+		vec[i].msg_len = (unsigned int)r;
+	}
+	shunt_sock_put(s);
+	return (int)shunt_ret(i ? (ssize_t)i : r, saved);
+}
+
+SHUNT_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+	struct shunt_sock *s = stream_of(fd);
+	struct iovec iov = { buf, len };
+
+	if (!s)
+		return shunt_libc.recv(fd, buf, len, flags);
+	return do_recv(s, &iov, 1, flags);
+}
+
+SHUNT_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, __SOCKADDR_ARG addr,
+			      socklen_t *alen)
+{
+	struct shunt_sock *s = stream_of(fd);
+	struct iovec iov = { buf, len };
+	ssize_t r;
+
+	if (!s)
+		return shunt_libc.recvfrom(fd, buf, len, flags, addr.__sockaddr__, alen);
+	r = do_recv(s, &iov, 1, flags);
+	/* A stream socket reports no source: the length becomes 0. */
+	if (r >= 0 && addr.__sockaddr__ && alen)
+		*alen = 0;
+	return r;
+}
+
+SHUNT_EXPORT ssize_t read(int fd, void *buf, size_t len)
+{
+	struct shunt_sock *s = stream_of(fd);
+	struct iovec iov = { buf, len };
+
+	if (!s)
+		return shunt_libc.read(fd, buf, len);
+	return do_recv(s, &iov, 1, 0);
+}
+
+SHUNT_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
+{
+	struct shunt_sock *s = stream_of(fd);
+
+	if (!s)
+		return shunt_libc.readv(fd, iov, cnt);
+	if (cnt < 0 || cnt > IOV_MAX) {
+		shunt_sock_put(s);
+		errno = EINVAL;
+		return -1;
+	}
+	return do_recv(s, iov, cnt, 0);
+}
+
+SHUNT_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	struct shunt_sock *s = stream_of(fd);
+	int saved = errno;
+	ssize_t r;
+
+	if (!s)
+		return shunt_libc.recvmsg(fd, msg, flags);
+	r = shunt_op_recvmsg(s, fd, msg, flags);
+	shunt_sock_put(s);
+	return shunt_ret(r, saved);
+}
+
+SHUNT_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
+			  struct timespec *timeout)
+{
+	struct shunt_sock *s = stream_of(fd);
+	int64_t end = 0;
+	int saved = errno;
+	ssize_t r = 0;
+	unsigned int i;
+
+	if (!s)
+		return shunt_libc.recvmmsg(fd, vec, n, flags, timeout);
+	if (timeout)
+		end = shunt_now_ns() + timeout->tv_sec * 1000000000LL + timeout->tv_nsec;
+	if (n > IOV_MAX)
+		n = IOV_MAX;
+	for (i = 0; i < n; i++) {
+		r = shunt_op_recvmsg(s, fd, &vec[i].msg_hdr, flags & ~MSG_WAITFORONE);
+		if (r < 0)
+			break;
+		vec[i].msg_len = (unsigned int)r;
+		if (flags & MSG_WAITFORONE)
+			flags |= MSG_DONTWAIT;
+		/* Like the kernel, the timeout is only looked at between messages. */
+		if (r == 0 || (timeout && shunt_now_ns() >= end)) {
+			i++;
+			break;
+		}
+	}
+	shunt_sock_put(s);
+	return (int)shunt_ret(i ? (ssize_t)i : r, saved);
+}
+
+SHUNT_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	if (n > buflen)
+		__chk_fail();
+	return read(fd, buf, n);
+}
+
+SHUNT_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+	if (n > buflen)
+		__chk_fail();
+	return recv(fd, buf, n, flags);
+}
+
+SHUNT_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+				    __SOCKADDR_ARG addr, socklen_t *alen)
+{
+	if (n > buflen)
+		__chk_fail();
+	return recvfrom(fd, buf, n, flags, addr, alen);
+}
+
+static ssize_t do_sendfile(int out_fd, int in_fd, off_t *offset, size_t count,
+			   ssize_t (*libc_fn)(int, int, off_t *, size_t))
+{
+	struct shunt_sock *s = stream_of(out_fd);
+	int saved = errno;
+	ssize_t r;
+
+	if (!s)
+		return libc_fn(out_fd, in_fd, offset, count);
+	r = shunt_op_sendfile(s, in_fd, offset, count);
+	shunt_sock_put(s);
+	return shunt_ret(r, saved);
+}
+
+SHUNT_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
+{
+	shunt_ensure_init();
+	return do_sendfile(out_fd, in_fd, offset, count, shunt_libc.sendfile);
+}
+
+SHUNT_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off_t *offset, size_t count)
+{
+	shunt_ensure_init();
+	return do_sendfile(out_fd, in_fd, offset, count, shunt_libc.sendfile64);
+}

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+/* The C library's own versions of the functions libshunt interposes. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#include "preload/libc.h"
+
+struct shunt_libc shunt_libc;
+
+static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
+
+static void die_missing(const char *name)
+{
+	static const char pre[] = "shunt: the C library has no symbol ";
+	/* No stdio: we may be called from inside the application's I/O. */
+	(void)!syscall(SYS_write, 2, pre, sizeof(pre) - 1);
+	(void)!syscall(SYS_write, 2, name, strlen(name));
+	(void)!syscall(SYS_write, 2, "; cannot continue\n", 18);
+	abort();
+}
+
+/* Optional: glibc versions without a symbol keep NULL and never see calls to it. */
+static int optional(const char *name)
+{
+	return !strcmp(name, "fcntl64") || !strcmp(name, "__ppoll_chk") ||
+	       !strcmp(name, "__poll_chk");
+}
+
+#define SHUNT_LIBC_ENTRY(ret, name, args) { #name, (void **)&shunt_libc.name },
+static const struct {
+	const char *name;
+	void **slot;
+} symbols[] = { SHUNT_LIBC_FUNCTIONS(SHUNT_LIBC_ENTRY) };
+#undef SHUNT_LIBC_ENTRY
+
+static void resolve(void)
+{
+	for (size_t i = 0; i < sizeof(symbols) / sizeof(symbols[0]); i++) {
+		*symbols[i].slot = dlsym(RTLD_NEXT, symbols[i].name);
+		if (!*symbols[i].slot && !optional(symbols[i].name))
+			die_missing(symbols[i].name);
+	}
+}
+
+void shunt_libc_resolve(void)
+{
+	pthread_once(&resolve_once, resolve);
+}

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The C library's own versions of every function libshunt interposes,
+ * resolved once with dlsym(RTLD_NEXT). Calls that are not ours go there
+ * untouched; the library's internal plumbing uses raw system calls instead.
+ */
+#ifndef SHUNT_PRELOAD_LIBC_H
+#define SHUNT_PRELOAD_LIBC_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#define SHUNT_LIBC_FUNCTIONS(X) \
+	X(int, socket, (int, int, int)) \
+	X(int, bind, (int, const struct sockaddr *, socklen_t)) \
+	X(int, listen, (int, int)) \
+	X(int, accept, (int, struct sockaddr *, socklen_t *)) \
+	X(int, accept4, (int, struct sockaddr *, socklen_t *, int)) \
+	X(int, connect, (int, const struct sockaddr *, socklen_t)) \
+	X(int, getsockname, (int, struct sockaddr *, socklen_t *)) \
+	X(int, getpeername, (int, struct sockaddr *, socklen_t *)) \
+	X(int, setsockopt, (int, int, int, const void *, socklen_t)) \
+	X(int, getsockopt, (int, int, int, void *, socklen_t *)) \
+	X(int, shutdown, (int, int)) \
+	X(int, close, (int)) \
+	X(ssize_t, send, (int, const void *, size_t, int)) \
+	X(ssize_t, sendto, (int, const void *, size_t, int, const struct sockaddr *, socklen_t)) \
+	X(ssize_t, sendmsg, (int, const struct msghdr *, int)) \
+	X(int, sendmmsg, (int, struct mmsghdr *, unsigned int, int)) \
+	X(ssize_t, recv, (int, void *, size_t, int)) \
+	X(ssize_t, recvfrom, (int, void *, size_t, int, struct sockaddr *, socklen_t *)) \
+	X(ssize_t, recvmsg, (int, struct msghdr *, int)) \
+	X(int, recvmmsg, (int, struct mmsghdr *, unsigned int, int, struct timespec *)) \
+	X(ssize_t, read, (int, void *, size_t)) \
+	X(ssize_t, write, (int, const void *, size_t)) \
+	X(ssize_t, readv, (int, const struct iovec *, int)) \
+	X(ssize_t, writev, (int, const struct iovec *, int)) \
+	X(ssize_t, __read_chk, (int, void *, size_t, size_t)) \
+	X(ssize_t, __recv_chk, (int, void *, size_t, size_t, int)) \
+	X(ssize_t, __recvfrom_chk, (int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *)) \
+	X(int, fcntl, (int, int, ...)) \
+	X(int, fcntl64, (int, int, ...)) \
+	X(int, ioctl, (int, unsigned long, ...)) \
+	X(int, poll, (struct pollfd *, nfds_t, int)) \
+	X(int, __poll_chk, (struct pollfd *, nfds_t, int, size_t)) \
+	X(int, ppoll, (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *)) \
+	X(int, __ppoll_chk, (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *, size_t)) \
+	X(int, select, (int, fd_set *, fd_set *, fd_set *, struct timeval *)) \
+	X(int, pselect, (int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *)) \
+	X(int, dup, (int)) \
+	X(int, dup2, (int, int)) \
+	X(int, dup3, (int, int, int)) \
+	X(ssize_t, sendfile, (int, int, off_t *, size_t)) \
+	X(ssize_t, sendfile64, (int, int, off_t *, size_t))
+
+#define SHUNT_LIBC_POINTER(ret, name, args) ret (*name) args;
+struct shunt_libc {
+	SHUNT_LIBC_FUNCTIONS(SHUNT_LIBC_POINTER)
+};
+#undef SHUNT_LIBC_POINTER
+
+/* Filled in by shunt_libc_resolve(); read-only afterwards. */
+extern struct shunt_libc shunt_libc;
+
+/*
+ * Resolve every symbol once (pthread_once), aborting with a message naming
+ * the symbol if one is missing: a half-resolved table would turn a call of
+ * the application into a jump to NULL. Cheap after the first call.
+ */
+void shunt_libc_resolve(void);
+
+#endif

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The library's implementation of each intercepted call, for a descriptor
+ * that is a shunt socket. The exported wrappers in intercept.c look the
+ * descriptor up, call these with the socket (a reference held), and turn the
+ * result into errno once. All return >= 0 or -errno.
+ */
+#ifndef SHUNT_OPS_H
+#define SHUNT_OPS_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "shunt/proto.h"
+
+struct shunt_sock;
+
+/* Whether sockets are made shunt sockets at all (SHUNT_DISABLE unset). */
+bool shunt_enabled(void);
+
+/* sockops.c: connection setup and naming */
+int shunt_op_socket(int domain, int type, int protocol);
+int shunt_op_bind(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len);
+int shunt_op_listen(struct shunt_sock *s, int fd, int backlog);
+int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len);
+int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *len,
+		    int flags);
+int shunt_op_getsockname(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *len);
+int shunt_op_getpeername(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *len);
+int shunt_op_shutdown(struct shunt_sock *s, int fd, int how);
+int shunt_op_close(int fd);
+/* After the C library duplicated @oldfd onto @newfd: share the socket. */
+void shunt_op_dup(int oldfd, int newfd);
+
+/*
+ * Promote a socket whose circuit waited behind a full backlog once shuntd
+ * has decided; returns the state afterwards.
+ */
+int shunt_sock_sync(struct shunt_sock *s);
+
+/* io.c: the byte stream (CONNECTED or CONNECTING sockets) */
+ssize_t shunt_op_send(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags);
+ssize_t shunt_op_recv(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags);
+ssize_t shunt_op_sendmsg(struct shunt_sock *s, int fd, const struct msghdr *msg, int flags);
+ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int flags);
+ssize_t shunt_op_sendfile(struct shunt_sock *s, int in_fd, off_t *offset, size_t count);
+/* Whether a socket in this state carries its bytes in a circuit. */
+bool shunt_op_streams(struct shunt_sock *s);
+
+/* opts.c: options, fcntl, ioctl */
+int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const void *val,
+			socklen_t len);
+int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void *val,
+			socklen_t *len);
+int shunt_op_fcntl(struct shunt_sock *s, int fd, int cmd, void *arg);
+int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg);
+
+/* poll.c: readiness across shunt sockets and kernel descriptors */
+/* @timeout_ns < 0 waits forever; @mask as ppoll's. */
+int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask);
+int shunt_op_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int64_t timeout_ns,
+		    const sigset_t *mask, int64_t *left_ns);
+/* Whether any of @n descriptors is a shunt socket (else plain libc is exact). */
+bool shunt_poll_has_ours(const struct pollfd *fds, nfds_t n);
+/* The poll(2) mask of one shunt socket. */
+unsigned shunt_op_poll_mask(struct shunt_sock *s);
+void shunt_poll_after_fork(void);
+
+/* addresses handed back to the application, with the kernel's truncation rules */
+int shunt_copy_addr(const struct shunt_wire_addr *w, struct sockaddr *out, socklen_t *outlen);
+
+#endif

@@ -1,0 +1,389 @@
+// SPDX-License-Identifier: MIT
+/*
+ * poll, ppoll, select and pselect over shunt sockets and kernel descriptors
+ * together. Shunt sockets are checked in user space, kernel descriptors
+ * with a zero-timeout ppoll; after a short spin the thread sleeps in one
+ * ppoll on the kernel descriptors plus its own epoll instance, in which the
+ * link eventfds of this process are registered edge-triggered: every notice
+ * wakes every sleeping thread, and no thread ever resets another's.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "preload/conn.h"
+#include "preload/fdtable.h"
+#include "preload/libc.h"
+#include "preload/ops.h"
+#include "preload/plink.h"
+#include "preload/sock.h"
+#include "preload/util.h"
+#include "preload/wait.h"
+
+/* This thread's epoll instance of link eventfds, and which sides are in it. */
+struct thread_waiter {
+	int epfd;
+	unsigned char sides[4096];	/* bit s: side s of link i registered */
+};
+
+static pthread_key_t waiter_key;
+static pthread_once_t waiter_once = PTHREAD_ONCE_INIT;
+
+static void waiter_free(void *p)
+{
+	struct thread_waiter *w = p;
+
+	if (w->epfd >= 0)
+		shunt_close_hidden(w->epfd);
+	free(w);
+}
+
+static void waiter_key_init(void)
+{
+	pthread_key_create(&waiter_key, waiter_free);
+}
+
+void shunt_poll_after_fork(void)
+{
+	struct thread_waiter *w;
+
+	/* The epoll instance is shared with the parent after fork: make our own. */
+	pthread_once(&waiter_once, waiter_key_init);
+	w = pthread_getspecific(waiter_key);
+	if (w) {
+		pthread_setspecific(waiter_key, NULL);
+		waiter_free(w);
+	}
+}
+
+/* This thread's waiter, with every link side of this process registered. */
+static struct thread_waiter *waiter(void)
+{
+	struct thread_waiter *w;
+	unsigned n;
+
+	pthread_once(&waiter_once, waiter_key_init);
+	w = pthread_getspecific(waiter_key);
+	if (!w) {
+		w = calloc(1, sizeof(*w));
+		if (!w)
+			return NULL;
+		w->epfd = (int)syscall(SYS_epoll_create1, EPOLL_CLOEXEC);
+		if (w->epfd < 0) {
+			free(w);
+			return NULL;
+		}
+		w->epfd = shunt_fd_hide(w->epfd);
+		pthread_setspecific(waiter_key, w);
+	}
+	n = shunt_plink_count();
+	for (unsigned i = 0; i < n && i < sizeof(w->sides); i++) {
+		struct shunt_plink *l = shunt_plink_nth(i);
+
+		for (unsigned side = 0; side < 2; side++) {
+			struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u32 = i };
+
+			if (!atomic_load(&l->mine[side]) || (w->sides[i] & (1u << side)))
+				continue;
+			if (syscall(SYS_epoll_ctl, w->epfd, EPOLL_CTL_ADD, l->efd[side], &ev) == 0 ||
+			    errno == EEXIST)
+				w->sides[i] |= (unsigned char)(1u << side);
+		}
+	}
+	return w;
+}
+
+bool shunt_poll_has_ours(const struct pollfd *fds, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++)
+		if (shunt_fdt_is_ours(fds[i].fd))
+			return true;
+	return false;
+}
+
+unsigned shunt_op_poll_mask(struct shunt_sock *s)
+{
+	switch (shunt_sock_sync(s)) {
+	case SHUNT_SOCK_CONNECTED:
+		return shunt_conn_poll(s->conn);
+	case SHUNT_SOCK_CONNECTING:
+		return 0;
+	default:
+		/* A refused circuit: what the kernel shows after a refused connect. */
+		return atomic_load(&s->so_error) ? POLLOUT | POLLWRNORM | POLLERR | POLLHUP : 0;
+	}
+}
+
+/* One application pollfd and what answers for it. */
+struct entry {
+	struct shunt_sock *sock;	/* a circuit socket, or NULL */
+	int kidx;			/* its kernel pollfd, or -1 */
+	int didx;			/* a listener's doorbell pollfd, or -1 */
+};
+
+struct poll_set {
+	struct pollfd *app;
+	nfds_t n;
+	struct entry *e;
+	struct pollfd *k;		/* kernel pollfds, plus one slot for the waiter */
+	int nk;
+	bool has_circuits;
+};
+
+static bool is_circuit(struct shunt_sock *s)
+{
+	int st = shunt_sock_sync(s);
+
+	return st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING ||
+	       atomic_load(&s->so_error);
+}
+
+static int set_build(struct poll_set *ps, struct pollfd *fds, nfds_t n)
+{
+	ps->app = fds;
+	ps->n = n;
+	ps->nk = 0;
+	ps->has_circuits = false;
+	ps->e = calloc(n ? n : 1, sizeof(*ps->e));
+	ps->k = calloc(2 * n + 1, sizeof(*ps->k));
+	if (!ps->e || !ps->k) {
+		free(ps->e);
+		free(ps->k);
+		return -ENOMEM;
+	}
+	for (nfds_t i = 0; i < n; i++) {
+		struct shunt_sock *s = shunt_fdt_get(fds[i].fd);
+		struct entry *e = &ps->e[i];
+
+		e->kidx = e->didx = -1;
+		if (s && is_circuit(s)) {
+			e->sock = s;
+			ps->has_circuits = true;
+			continue;
+		}
+		e->kidx = ps->nk;
+		ps->k[ps->nk++] = (struct pollfd){ fds[i].fd, fds[i].events, 0 };
+		/* A shunt listener is readable when either backlog holds a connection. */
+		if (s && shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->doorbell >= 0 &&
+		    (fds[i].events & (POLLIN | POLLRDNORM))) {
+			e->didx = ps->nk;
+			ps->k[ps->nk++] = (struct pollfd){ s->doorbell, POLLIN, 0 };
+		}
+		if (s)
+			shunt_sock_put(s);
+	}
+	return 0;
+}
+
+static void set_free(struct poll_set *ps)
+{
+	for (nfds_t i = 0; i < ps->n; i++)
+		if (ps->e[i].sock)
+			shunt_sock_put(ps->e[i].sock);
+	free(ps->e);
+	free(ps->k);
+}
+
+/* Fill in revents from the circuits and the last kernel poll; count them. */
+static int set_collect(struct poll_set *ps)
+{
+	int count = 0;
+
+	for (nfds_t i = 0; i < ps->n; i++) {
+		struct entry *e = &ps->e[i];
+		short want = ps->app[i].events | POLLERR | POLLHUP | POLLNVAL;
+		short rev = 0;
+
+		if (e->sock)
+			rev = (short)(shunt_op_poll_mask(e->sock) & want);
+		if (e->kidx >= 0)
+			rev |= ps->k[e->kidx].revents;
+		if (e->didx >= 0 && (ps->k[e->didx].revents & POLLIN))
+			rev |= (short)(ps->app[i].events & (POLLIN | POLLRDNORM));
+		ps->app[i].revents = rev;
+		count += rev != 0;
+	}
+	return count;
+}
+
+static int kernel_poll(struct poll_set *ps, int nk, const struct timespec *ts,
+		       const sigset_t *mask)
+{
+	if (!nk && ts && !ts->tv_sec && !ts->tv_nsec)
+		return 0;
+	long r = syscall(SYS_ppoll, ps->k, nk, ts, mask, mask ? _NSIG / 8 : 0);
+
+	return r < 0 ? -errno : (int)r;
+}
+
+/* Announce (or withdraw) this thread as a sleeper on every circuit of the set. */
+static void arm(struct poll_set *ps, int delta)
+{
+	for (nfds_t i = 0; i < ps->n; i++) {
+		struct shunt_sock *s = ps->e[i].sock;
+		struct shunt_conn *c;
+
+		if (!s || !(c = s->conn))
+			continue;
+		/* W1: as in shunt_wait_end, seq_cst pairs with shunt_wake's fence. */
+		atomic_fetch_add_explicit(&c->me->evented, (uint32_t)delta, memory_order_seq_cst);
+		atomic_fetch_add_explicit(&c->wake_self.link->sleepers, (uint32_t)delta,
+					  memory_order_seq_cst);
+	}
+}
+
+static void drain_waiter(struct thread_waiter *w)
+{
+	struct epoll_event evs[16];
+
+	while (syscall(SYS_epoll_wait, w->epfd, evs, 16, 0) == 16)
+		;
+}
+
+int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
+{
+	int64_t start = shunt_now_ns(), spin_ns = mask ? 0 : shunt_wait_spin_ns();
+	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
+	struct timespec zero = { 0, 0 };
+	struct thread_waiter *w = NULL;
+	struct poll_set ps;
+	int r, count;
+
+	r = set_build(&ps, fds, n);
+	if (r < 0)
+		return r;
+	for (unsigned round = 0;; round++) {
+		int64_t now;
+
+		/* While spinning, ask the kernel only now and then: it costs a syscall. */
+		if (round == 0 || !(round % 32) || !ps.has_circuits) {
+			r = kernel_poll(&ps, ps.nk, &zero, NULL);
+			if (r < 0)
+				break;
+		}
+		count = set_collect(&ps);
+		if (count || timeout_ns == 0) {
+			r = count;
+			break;
+		}
+		now = shunt_now_ns();
+		if (deadline >= 0 && now >= deadline) {
+			r = 0;
+			break;
+		}
+		if (ps.has_circuits && now - start < spin_ns) {
+			shunt_cpu_relax();
+			continue;
+		}
+		/* Sleep: kernel descriptors plus our waiter, after arming the circuits. */
+		if (ps.has_circuits && !w && !(w = waiter())) {
+			r = -ENOMEM;
+			break;
+		}
+		struct timespec left, *lp = NULL;
+		int nk = ps.nk;
+
+		if (w)
+			ps.k[nk++] = (struct pollfd){ w->epfd, POLLIN, 0 };
+		arm(&ps, 1);
+		count = set_collect(&ps);
+		if (!count) {
+			if (deadline >= 0) {
+				int64_t l = deadline - shunt_now_ns();
+
+				if (l < 0)
+					l = 0;
+				left.tv_sec = l / 1000000000;
+				left.tv_nsec = l % 1000000000;
+				lp = &left;
+			}
+			r = kernel_poll(&ps, nk, lp, mask);
+		}
+		arm(&ps, -1);
+		if (w)
+			drain_waiter(w);
+		if (count) {
+			/* Ready before we slept: the kernel entries still need a fresh look. */
+			r = kernel_poll(&ps, ps.nk, &zero, NULL);
+			if (r >= 0)
+				r = set_collect(&ps);
+			break;
+		}
+		if (r < 0)
+			break;		/* EINTR: poll is never restarted */
+		/* Circuits are checked again at the top; kernel revents are current. */
+		count = set_collect(&ps);
+		if (count) {
+			r = count;
+			break;
+		}
+	}
+	set_free(&ps);
+	return r;
+}
+
+int shunt_op_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int64_t timeout_ns,
+		    const sigset_t *mask, int64_t *left_ns)
+{
+	int64_t start = shunt_now_ns();
+	struct pollfd *p;
+	nfds_t n = 0;
+	int r, count = 0;
+
+	if (nfds < 0)
+		return -EINVAL;
+	p = calloc(nfds ? (size_t)nfds : 1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	for (int fd = 0; fd < nfds; fd++) {
+		short ev = 0;
+
+		if (rd && FD_ISSET(fd, rd))
+			ev |= POLLIN | POLLRDNORM | POLLRDBAND;
+		if (wr && FD_ISSET(fd, wr))
+			ev |= POLLOUT | POLLWRNORM | POLLWRBAND;
+		if (ex && FD_ISSET(fd, ex))
+			ev |= POLLPRI;
+		if (ev)
+			p[n++] = (struct pollfd){ fd, ev, 0 };
+	}
+	r = shunt_op_poll(p, n, timeout_ns, mask);
+	if (r >= 0) {
+		for (nfds_t i = 0; i < n; i++)
+			if (p[i].revents & POLLNVAL)
+				r = -EBADF;
+	}
+	if (r >= 0) {
+		/* The kernel's POLLIN_SET, POLLOUT_SET and POLLEX_SET. */
+		for (nfds_t i = 0; i < n; i++) {
+			int fd = p[i].fd;
+			short rev = p[i].revents;
+
+			if (rd && FD_ISSET(fd, rd) && !(rev & (POLLIN | POLLRDNORM | POLLRDBAND |
+							      POLLHUP | POLLERR)))
+				FD_CLR(fd, rd);
+			else if (rd && FD_ISSET(fd, rd))
+				count++;
+			if (wr && FD_ISSET(fd, wr) && !(rev & (POLLOUT | POLLWRNORM | POLLWRBAND |
+							      POLLERR)))
+				FD_CLR(fd, wr);
+			else if (wr && FD_ISSET(fd, wr))
+				count++;
+			if (ex && FD_ISSET(fd, ex) && !(rev & POLLPRI))
+				FD_CLR(fd, ex);
+			else if (ex && FD_ISSET(fd, ex))
+				count++;
+		}
+		r = count;
+	}
+	if (left_ns && timeout_ns >= 0) {
+		int64_t l = timeout_ns - (shunt_now_ns() - start);
+
+		*left_ns = l > 0 ? l : 0;
+	}
+	free(p);
+	return r;
+}

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Socket objects and their lifetime. Memory is never returned to malloc:
+ * freed objects go to a pool and are reused as sockets, which is what lets
+ * fdtable.c take references without a lock.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "preload/conn.h"
+#include "preload/control.h"
+#include "preload/sock.h"
+#include "preload/util.h"
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shunt_sock *pool;	/* under pool_lock */
+
+struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
+{
+	struct shunt_sock *s;
+
+	pthread_mutex_lock(&pool_lock);
+	s = pool;
+	if (s)
+		pool = s->next_free;
+	pthread_mutex_unlock(&pool_lock);
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return NULL;
+		pthread_mutex_init(&s->lock, NULL);
+	}
+	s->next_free = NULL;
+	s->domain = domain;
+	atomic_store(&s->state, SHUNT_SOCK_FRESH);
+	atomic_store(&s->nonblock, nonblock);
+	atomic_store(&s->rcvtimeo_us, 0);
+	atomic_store(&s->sndtimeo_us, 0);
+	atomic_store(&s->linger_abort, false);
+	atomic_store(&s->so_error, 0);
+	s->connect_report = SHUNT_CONNECT_NONE;
+	s->listener = 0;
+	s->doorbell = -1;
+	s->conn = NULL;
+	/* Release: the fields above are visible to whoever gets a reference. */
+	atomic_store_explicit(&s->refs, 1, memory_order_release);
+	return s;
+}
+
+static void release(struct shunt_sock *s)
+{
+	if (s->conn) {
+		shunt_conn_close(s->conn, atomic_load(&s->linger_abort));
+		s->conn = NULL;
+	}
+	if (s->listener)
+		shunt_ctl_unlisten(s->listener);
+	if (s->doorbell >= 0)
+		shunt_close_hidden(s->doorbell);
+	s->listener = 0;
+	s->doorbell = -1;
+}
+
+void shunt_sock_put(struct shunt_sock *s)
+{
+	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	release(s);
+	pthread_mutex_lock(&pool_lock);
+	s->next_free = pool;
+	pool = s;
+	pthread_mutex_unlock(&pool_lock);
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A shunt socket: what the library knows about one open TCP socket that is
+ * (or may become) carried by a circuit. One object per open file
+ * description: dup'ed descriptors share it, as they share the kernel's file.
+ */
+#ifndef SHUNT_SOCK_H
+#define SHUNT_SOCK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum shunt_sock_state {
+	SHUNT_SOCK_FRESH,	/* neither connected nor listening; may be bound */
+	SHUNT_SOCK_LISTENING,	/* listening (registered with shuntd if listener != 0) */
+	SHUNT_SOCK_CONNECTING,	/* circuit queued behind a full backlog */
+	SHUNT_SOCK_CONNECTED,	/* circuit established */
+};
+
+/* What a repeated connect() reports (the kernel's SS_CONNECTING dance). */
+enum shunt_connect_report {
+	SHUNT_CONNECT_NONE,	/* connect() was never called */
+	SHUNT_CONNECT_PENDING,	/* EINPROGRESS was returned; next success says 0 */
+	SHUNT_CONNECT_DONE,	/* success was reported; next says EISCONN */
+};
+
+struct shunt_conn;
+
+struct shunt_sock {
+	_Atomic int refs;		/* 0 while on the free list */
+	struct shunt_sock *next_free;	/* under the pool lock */
+	pthread_mutex_t lock;		/* state changes: connect, listen, accept, close */
+	int domain;			/* AF_INET or AF_INET6 */
+	_Atomic int state;		/* enum shunt_sock_state */
+	_Atomic bool nonblock;		/* O_NONBLOCK of the open file description */
+	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0 = none */
+	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0 = none */
+	_Atomic bool linger_abort;	/* SO_LINGER {1, 0}: close() resets */
+	_Atomic int so_error;		/* pending error of a failed circuit connect */
+	int connect_report;		/* enum shunt_connect_report, under lock */
+	uint64_t listener;		/* id at shuntd, 0 if not registered; under lock */
+	int doorbell;			/* hidden eventfd counting queued circuits, or -1 */
+	struct shunt_conn *conn;	/* set once, under lock, when a circuit arrives */
+};
+
+/* A new socket for @domain with one reference, or NULL without memory. */
+struct shunt_sock *shunt_sock_new(int domain, bool nonblock);
+
+static inline void shunt_sock_ref(struct shunt_sock *s)
+{
+	atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+
+/* Take a reference unless the object is free; see fdtable.c for why. */
+static inline bool shunt_sock_tryget(struct shunt_sock *s)
+{
+	int r = atomic_load_explicit(&s->refs, memory_order_relaxed);
+
+	while (r > 0)
+		if (atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1,
+							  memory_order_acquire,
+							  memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/*
+ * Drop a reference. The last one closes the connection or unregisters the
+ * listener — the moment the kernel would release the socket — and returns
+ * the object to the pool.
+ */
+void shunt_sock_put(struct shunt_sock *s);
+
+/* State, with acquire ordering: a CONNECTED socket's conn is visible. */
+static inline int shunt_sock_state(struct shunt_sock *s)
+{
+	return atomic_load_explicit(&s->state, memory_order_acquire);
+}
+
+#endif

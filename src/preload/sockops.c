@@ -1,0 +1,422 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Connection setup on shunt sockets: socket, listen, connect, accept, the
+ * names they report, shutdown, close and dup. A socket that cannot get a
+ * circuit simply stays a kernel socket (DESIGN decision 10).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <netinet/in.h>
+
+#include "common/addr.h"
+#include "common/log.h"
+#include "preload/conn.h"
+#include "preload/control.h"
+#include "preload/fdtable.h"
+#include "preload/libc.h"
+#include "preload/ops.h"
+#include "preload/sock.h"
+#include "preload/stats.h"
+#include "preload/util.h"
+#include "preload/wait.h"
+
+static long libc_ret(long r)
+{
+	return r < 0 ? -errno : r;
+}
+
+int shunt_copy_addr(const struct shunt_wire_addr *w, struct sockaddr *out, socklen_t *outlen)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+
+	if (!out)
+		return 0;
+	if (!outlen || (int)*outlen < 0)
+		return -EINVAL;
+	len = shunt_addr_from_wire(w, &ss);
+	memcpy(out, &ss, *outlen < len ? *outlen : len);
+	*outlen = len;
+	return 0;
+}
+
+int shunt_op_socket(int domain, int type, int protocol)
+{
+	int fd = shunt_libc.socket(domain, type, protocol);
+	int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct shunt_sock *s;
+
+	if (fd < 0)
+		return -errno;
+	if (!shunt_enabled() || (domain != AF_INET && domain != AF_INET6) ||
+	    base != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
+		return fd;
+	/* Without memory it is just a kernel socket: nothing breaks. */
+	s = shunt_sock_new(domain, type & SOCK_NONBLOCK);
+	if (!s)
+		return fd;
+	shunt_fdt_set(fd, s);
+	shunt_sock_put(s);
+	shunt_stats_saw_fd(fd);
+	return fd;
+}
+
+int shunt_op_bind(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len)
+{
+	/* Connected sockets are bound, whatever their kernel half says. */
+	if (shunt_sock_sync(s) == SHUNT_SOCK_CONNECTED || shunt_sock_state(s) == SHUNT_SOCK_CONNECTING)
+		return -EINVAL;
+	return (int)libc_ret(shunt_libc.bind(fd, addr, len));
+}
+
+int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
+{
+	int st, r;
+
+	pthread_mutex_lock(&s->lock);
+	st = shunt_sock_state(s);
+	if (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING) {
+		r = -EINVAL;
+		goto out;
+	}
+	r = (int)libc_ret(shunt_libc.listen(fd, backlog));
+	if (r < 0)
+		goto out;
+	atomic_store_explicit(&s->state, SHUNT_SOCK_LISTENING, memory_order_release);
+	if (s->listener) {
+		uint64_t id;
+
+		/* A second listen() changes the backlog; shuntd follows. */
+		shunt_ctl_listen(fd, s->listener, &id, NULL);
+	} else {
+		int e = shunt_ctl_listen(fd, 0, &s->listener, &s->doorbell);
+
+		if (e < 0 && e != -ENOTCONN)
+			shunt_info("listener on fd %d stays kernel-only: %s", fd, strerror(-e));
+	}
+out:
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+/* Leave the connection to the kernel and stop looking at this descriptor. */
+static int kernel_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr,
+			  socklen_t len)
+{
+	int r = (int)libc_ret(shunt_libc.connect(fd, addr, len));
+
+	if (r == 0 || r == -EINPROGRESS) {
+		struct shunt_sock *t = shunt_fdt_take(fd);
+
+		shunt_stats.kernel_connect++;
+		if (t)
+			shunt_sock_put(t);
+	}
+	(void)s;
+	return r;
+}
+
+int shunt_sock_sync(struct shunt_sock *s)
+{
+	int st = shunt_sock_state(s);
+
+	if (st != SHUNT_SOCK_CONNECTING)
+		return st;
+	pthread_mutex_lock(&s->lock);
+	st = shunt_sock_state(s);
+	if (st == SHUNT_SOCK_CONNECTING) {
+		uint32_t setup = atomic_load(&s->conn->hdr->setup);
+
+		if (setup == SHUNT_SETUP_ESTABLISHED) {
+			shunt_stats.shm_connect++;
+			st = SHUNT_SOCK_CONNECTED;
+		} else if (setup == SHUNT_SETUP_REFUSED) {
+			/* Like a SYN answered by a reset: unconnected, ECONNREFUSED pending. */
+			shunt_conn_close(s->conn, false);
+			s->conn = NULL;
+			atomic_store(&s->so_error, ECONNREFUSED);
+			st = SHUNT_SOCK_FRESH;
+		}
+		atomic_store_explicit(&s->state, st, memory_order_release);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return st;
+}
+
+static bool setup_decided(void *arg)
+{
+	struct shunt_conn *c = arg;
+
+	return atomic_load_explicit(&c->hdr->setup, memory_order_acquire) != SHUNT_SETUP_PENDING;
+}
+
+/* A blocking connect() whose circuit waits for room in the backlog. */
+static int wait_established(struct shunt_sock *s)
+{
+	int64_t deadline = shunt_deadline(atomic_load(&s->sndtimeo_us));
+	int r = shunt_wait_end(s->conn->me, &s->conn->me->tx_waiters, setup_decided, s->conn,
+			       deadline);
+
+	if (r == -ETIMEDOUT)
+		return -EINPROGRESS;
+	if (r < 0)
+		return r;
+	switch (shunt_sock_sync(s)) {
+	case SHUNT_SOCK_CONNECTED:
+		pthread_mutex_lock(&s->lock);
+		s->connect_report = SHUNT_CONNECT_DONE;
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	case SHUNT_SOCK_FRESH:
+		atomic_store(&s->so_error, 0);
+		return -ECONNREFUSED;
+	default:
+		return -EINPROGRESS;
+	}
+}
+
+int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len)
+{
+	bool nonblock = atomic_load(&s->nonblock);
+	struct shunt_wire_addr dst;
+	struct shunt_grant g;
+	struct shunt_conn *conn;
+	int st, r, err;
+
+	st = shunt_sock_sync(s);
+	pthread_mutex_lock(&s->lock);
+	st = shunt_sock_state(s);
+	if (st == SHUNT_SOCK_CONNECTED) {
+		/* The first call after an EINPROGRESS reports success, later ones EISCONN. */
+		r = s->connect_report == SHUNT_CONNECT_PENDING ? 0 : -EISCONN;
+		s->connect_report = SHUNT_CONNECT_DONE;
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
+	if (st == SHUNT_SOCK_CONNECTING) {
+		pthread_mutex_unlock(&s->lock);
+		return nonblock ? -EALREADY : wait_established(s);
+	}
+	/* Whatever we cannot carry, the kernel answers exactly. */
+	if (st != SHUNT_SOCK_FRESH || shunt_addr_to_wire(addr, len, &dst) < 0 ||
+	    (dst.family == AF_INET6 && s->domain == AF_INET)) {
+		pthread_mutex_unlock(&s->lock);
+		return (int)libc_ret(shunt_libc.connect(fd, addr, len));
+	}
+	r = shunt_ctl_connect(fd, &dst, nonblock ? SHUNT_CONNECT_NONBLOCK : 0, &g);
+	if (r != 0) {
+		if (r < 0 && r != -ENOTCONN) {
+			shunt_stats.fallback_error++;
+			shunt_info("connect on fd %d: shuntd says %s; using the kernel", fd,
+				   strerror(-r));
+		}
+		pthread_mutex_unlock(&s->lock);
+		return kernel_connect(s, fd, addr, len);
+	}
+	conn = shunt_conn_open(&g, &err);
+	if (!conn) {
+		/* shuntd bound us; the kernel can still connect the socket. */
+		shunt_ctl_close(g.msg.circuit, g.msg.end);
+		shunt_stats.fallback_error++;
+		pthread_mutex_unlock(&s->lock);
+		return kernel_connect(s, fd, addr, len);
+	}
+	s->conn = conn;
+	s->connect_report = nonblock ? SHUNT_CONNECT_PENDING : SHUNT_CONNECT_DONE;
+	if (atomic_load(&conn->hdr->setup) == SHUNT_SETUP_ESTABLISHED) {
+		st = SHUNT_SOCK_CONNECTED;
+		shunt_stats.shm_connect++;
+	} else {
+		st = SHUNT_SOCK_CONNECTING;
+	}
+	atomic_store_explicit(&s->state, st, memory_order_release);
+	pthread_mutex_unlock(&s->lock);
+	/* Like the kernel, a non-blocking connect always says EINPROGRESS. */
+	if (nonblock)
+		return -EINPROGRESS;
+	return st == SHUNT_SOCK_CONNECTED ? 0 : wait_established(s);
+}
+
+/* Hand out a circuit queued on our listener as a new socket. */
+static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
+			  int flags)
+{
+	struct shunt_sock *ns = NULL;
+	struct shunt_conn *conn = NULL;
+	struct shunt_grant g;
+	int nfd, r, err;
+
+	/* The socket first, so the application gets the lowest free number. */
+	nfd = shunt_libc.socket(s->domain, SOCK_STREAM | flags, IPPROTO_TCP);
+	if (nfd < 0)
+		return -errno;
+	r = shunt_ctl_accept(fd, s->listener, &g);
+	if (r == 0) {
+		conn = shunt_conn_open(&g, &err);
+		if (!conn)
+			r = -ECONNABORTED;
+	}
+	if (r == 0) {
+		ns = shunt_sock_new(s->domain, flags & SOCK_NONBLOCK);
+		if (!ns) {
+			shunt_conn_close(conn, true);
+			r = -ENOMEM;
+		}
+	}
+	if (r < 0) {
+		shunt_libc.close(nfd);
+		return r;
+	}
+	ns->conn = conn;
+	ns->connect_report = SHUNT_CONNECT_DONE;
+	atomic_store_explicit(&ns->state, SHUNT_SOCK_CONNECTED, memory_order_release);
+	shunt_fdt_set(nfd, ns);
+	shunt_sock_put(ns);
+	shunt_stats_saw_fd(nfd);
+	shunt_stats.shm_accept++;
+	shunt_copy_addr(&conn->remote, addr, alen);
+	return nfd;
+}
+
+static int kernel_accept(int fd, struct sockaddr *addr, socklen_t *alen, int flags)
+{
+	int r = shunt_libc.accept4(fd, addr, alen, flags);
+
+	if (r < 0)
+		return -errno;
+	shunt_stats.kernel_accept++;
+	return r;
+}
+
+/*
+ * Whether an EINTR from one of our internal waits should restart the call,
+ * as the kernel restarts accept() after a handler installed with
+ * SA_RESTART. We cannot tell which signal ran, so restart only if every
+ * installed handler asked for it.
+ */
+static bool handlers_restart(void)
+{
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+			continue;
+		if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN)
+			continue;
+		if (!(sa.sa_flags & SA_RESTART))
+			return false;
+	}
+	return true;
+}
+
+int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
+		    int flags)
+{
+	int64_t deadline;
+
+	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
+		return -EINVAL;
+	if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || !s->listener)
+		return kernel_accept(fd, addr, alen, flags);
+	deadline = shunt_deadline(atomic_load(&s->rcvtimeo_us));
+	for (;;) {
+		struct pollfd p[2] = { { fd, POLLIN, 0 }, { s->doorbell, POLLIN, 0 } };
+		struct timespec ts = { 0, 0 }, *tsp = &ts;
+		int r;
+
+		if (syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR)
+			return -errno;
+		/* Shared-memory clients first: they are ready the moment we look. */
+		if (p[1].revents & POLLIN) {
+			r = accept_circuit(s, fd, addr, alen, flags);
+			if (r != -EAGAIN)
+				return r;
+		}
+		if (p[0].revents)
+			return kernel_accept(fd, addr, alen, flags);
+		if (atomic_load(&s->nonblock))
+			return -EAGAIN;
+		if (deadline) {
+			int64_t left = deadline - shunt_now_ns();
+
+			if (left <= 0)
+				return -EAGAIN;
+			ts.tv_sec = left / 1000000000;
+			ts.tv_nsec = left % 1000000000;
+		} else {
+			tsp = NULL;
+		}
+		r = (int)syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
+		if (r < 0 && errno == EINTR && (deadline || !handlers_restart()))
+			return -EINTR;
+	}
+}
+
+int shunt_op_getsockname(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *len)
+{
+	int st = shunt_sock_sync(s);
+
+	if (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING)
+		return shunt_copy_addr(&s->conn->local, addr, len);
+	return (int)libc_ret(shunt_libc.getsockname(fd, addr, len));
+}
+
+int shunt_op_getpeername(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *len)
+{
+	int st = shunt_sock_sync(s);
+
+	if (st == SHUNT_SOCK_CONNECTED)
+		return shunt_copy_addr(&s->conn->remote, addr, len);
+	if (st == SHUNT_SOCK_CONNECTING)
+		return -ENOTCONN;
+	return (int)libc_ret(shunt_libc.getpeername(fd, addr, len));
+}
+
+int shunt_op_shutdown(struct shunt_sock *s, int fd, int how)
+{
+	int st = shunt_sock_sync(s);
+
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+		return -EINVAL;
+	if (st == SHUNT_SOCK_CONNECTED)
+		return shunt_conn_shutdown(s->conn, how);
+	if (st == SHUNT_SOCK_CONNECTING)
+		return -ENOTCONN;
+	return (int)libc_ret(shunt_libc.shutdown(fd, how));
+}
+
+int shunt_op_close(int fd)
+{
+	struct shunt_sock *s;
+	int r;
+
+	if (shunt_fdt_is_hidden(fd))
+		return -EBADF;
+	/* Out of the table first, so a new descriptor with this number starts clean. */
+	s = shunt_fdt_take(fd);
+	r = (int)libc_ret(shunt_libc.close(fd));
+	if (s)
+		shunt_sock_put(s);
+	return r;
+}
+
+void shunt_op_dup(int oldfd, int newfd)
+{
+	struct shunt_sock *s, *old;
+
+	if (oldfd == newfd)
+		return;
+	s = shunt_fdt_get(oldfd);
+	if (s) {
+		old = shunt_fdt_set(newfd, s);
+		shunt_stats_saw_fd(newfd);
+		shunt_sock_put(s);
+	} else {
+		/* The kernel closed whatever @newfd was. */
+		old = shunt_fdt_take(newfd);
+	}
+	if (old)
+		shunt_sock_put(old);
+}

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-process transport counters. With SHUNT_STATS=FILE, a process appends
+ * them to FILE as one JSON line when it exits: how tests prove that bytes
+ * really went through shared memory and not through the kernel.
+ */
+#ifndef SHUNT_STATS_H
+#define SHUNT_STATS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct shunt_stats {
+	_Atomic uint64_t shm_connect;		/* connect() that got a circuit */
+	_Atomic uint64_t shm_accept;		/* accept() that returned a circuit */
+	_Atomic uint64_t kernel_connect;	/* connect() left to the kernel */
+	_Atomic uint64_t kernel_accept;		/* accept() of a kernel connection */
+	_Atomic uint64_t shm_tx_bytes;		/* of closed connections; live ones added at exit */
+	_Atomic uint64_t shm_rx_bytes;
+	_Atomic uint64_t fallback_nodaemon;	/* shuntd could not be reached */
+	_Atomic uint64_t fallback_error;	/* shuntd or the circuit failed */
+	_Atomic int max_fd;			/* highest fd ever made a shunt socket */
+};
+
+extern struct shunt_stats shunt_stats;
+
+/* Read SHUNT_STATS and arrange for the report at exit. */
+void shunt_stats_init(void);
+
+/* Note that @fd became a shunt socket (for the exit report's walk). */
+void shunt_stats_saw_fd(int fd);
+
+#endif

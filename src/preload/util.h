@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers of the preload: internal descriptors, time, errno boundary. */
+#ifndef SHUNT_PRELOAD_UTIL_H
+#define SHUNT_PRELOAD_UTIL_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <time.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Close a descriptor of our own, bypassing the close() wrapper. */
+static inline void shunt_close_internal(int fd)
+{
+	syscall(SYS_close, fd);
+}
+
+/*
+ * Move an internal descriptor out of the application's way: to a high
+ * number (the kernel hands the application the lowest free ones, and
+ * programs notice when that order changes), close-on-exec, and marked so
+ * the application cannot close it. Returns the new number, or @fd itself
+ * if it cannot be moved. Close it with shunt_close_hidden().
+ */
+int shunt_fd_hide(int fd);
+void shunt_close_hidden(int fd);
+
+static inline int64_t shunt_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * The errno boundary (musl's __syscall_ret): internal results are >= 0 or
+ * -errno; exported wrappers set errno only on failure and otherwise give the
+ * application back the errno it had.
+ */
+static inline long shunt_ret(long r, int saved_errno)
+{
+	if (r < 0) {
+		errno = (int)-r;
+		return -1;
+	}
+	errno = saved_errno;
+	return r;
+}
+
+#endif

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: MIT
+/* Adaptive waiting: spin, yield, then sleep on the end's futex. */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#include "common/sys.h"
+#include "preload/util.h"
+#include "preload/wait.h"
+
+enum {
+	DEFAULT_SPIN_NS = 50 * 1000,
+	YIELDS = 16,
+};
+
+static int64_t spin_ns = DEFAULT_SPIN_NS;	/* written once by init */
+
+void shunt_wait_init(void)
+{
+	const char *s = getenv("SHUNT_SPIN_US");
+
+	if (s && *s)
+		spin_ns = strtoll(s, NULL, 10) * 1000;
+	if (spin_ns < 0)
+		spin_ns = 0;
+}
+
+int64_t shunt_wait_spin_ns(void)
+{
+	return spin_ns;
+}
+
+int64_t shunt_deadline(int64_t timeout_us)
+{
+	return timeout_us > 0 ? shunt_now_ns() + timeout_us * 1000 : 0;
+}
+
+/* Spin then yield; true as soon as ready. */
+static bool busy_phase(bool (*ready)(void *), void *arg, int64_t deadline)
+{
+	int64_t start = shunt_now_ns(), now = start;
+
+	while (now - start < spin_ns) {
+		for (int i = 0; i < 64; i++) {
+			if (ready(arg))
+				return true;
+			shunt_cpu_relax();
+		}
+		now = shunt_now_ns();
+		if (deadline && now >= deadline)
+			return false;
+	}
+	for (int i = 0; i < YIELDS; i++) {
+		if (ready(arg))
+			return true;
+		sched_yield();
+	}
+	return ready(arg);
+}
+
+int shunt_wait_end(struct shunt_circuit_end *me, _Atomic uint32_t *waiters,
+		   bool (*ready)(void *), void *arg, int64_t deadline)
+{
+	if (busy_phase(ready, arg, deadline))
+		return 0;
+	for (;;) {
+		struct timespec rel, *relp = NULL;
+		uint32_t seq;
+		int r;
+
+		/*
+		 * W1: announce, then re-check. The seq_cst increment pairs with
+		 * the fence in shunt_wake: either the peer sees us waiting and
+		 * bumps wake, or we see its change in ready().
+		 */
+		atomic_fetch_add_explicit(waiters, 1, memory_order_seq_cst);
+		seq = atomic_load_explicit(&me->wake, memory_order_seq_cst);
+		if (ready(arg)) {
+			atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+			return 0;
+		}
+		if (deadline) {
+			int64_t left = deadline - shunt_now_ns();
+
+			if (left <= 0) {
+				atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+				return -ETIMEDOUT;
+			}
+			rel.tv_sec = left / 1000000000;
+			rel.tv_nsec = left % 1000000000;
+			relp = &rel;
+		}
+		r = shunt_futex_wait(&me->wake, seq, relp);
+		atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+		if (ready(arg))
+			return 0;
+		if (r == -EINTR)
+			return -EINTR;
+		if (r == -ETIMEDOUT || (deadline && shunt_now_ns() >= deadline))
+			return -ETIMEDOUT;
+	}
+}
