@@ -195,56 +195,75 @@ static bool tx_ready(void *arg)
 	return shunt_ring_space(&c->tx) != 0 || peer_gone(ps) || atomic_load(&c->dead);
 }
 
-void shunt_conn_close(struct shunt_conn *c, bool abort)
+void shunt_conn_shut(struct shunt_conn *c, bool abort)
 {
 	long unread;
 
+	if (atomic_load(&c->my_state) & SHUNT_END_CLOSED)
+		return;
 	pthread_mutex_lock(&c->rx_lock);
 	unread = shunt_ring_avail(&c->rx);
 	pthread_mutex_unlock(&c->rx_lock);
-	if (!(atomic_load(&c->my_state) & SHUNT_END_CLOSED)) {
-		/* As the kernel: unread data or SO_LINGER 0 make close() a reset. */
-		if (abort || unread != 0)
-			publish_state(c, SHUNT_END_CLOSED | SHUNT_END_RESET);
-		else
-			publish_state(c, SHUNT_END_CLOSED | SHUNT_END_WR_SHUT);
-	}
+	/* As the kernel: unread data or SO_LINGER 0 make close() a reset. */
+	if (abort || unread != 0)
+		publish_state(c, SHUNT_END_CLOSED | SHUNT_END_RESET);
+	else
+		publish_state(c, SHUNT_END_CLOSED | SHUNT_END_WR_SHUT);
 	shunt_ctl_close(c->circuit, c->end);
 	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
 	atomic_fetch_add(&shunt_stats.shm_rx_bytes, shunt_conn_rx_bytes(c));
+}
+
+void shunt_conn_free(struct shunt_conn *c)
+{
 	shunt_circuit_unmap(c->hdr, c->ring_size);
 	pthread_mutex_destroy(&c->tx_lock);
 	pthread_mutex_destroy(&c->rx_lock);
 	free(c);
 }
 
-/* Why a send cannot proceed right now, or 0. Called under tx_lock. */
-static int send_blocked(struct shunt_conn *c, size_t total, ssize_t *pretend)
+void shunt_conn_close(struct shunt_conn *c, bool abort)
+{
+	shunt_conn_shut(c, abort);
+	shunt_conn_free(c);
+}
+
+/*
+ * Why a send cannot proceed right now, or 0. A pending error is consumed
+ * only when nothing was sent yet (@done == 0): otherwise the partial count
+ * is returned and the error waits for the next call, as in the kernel.
+ * Called under tx_lock.
+ */
+static int send_blocked(struct shunt_conn *c, size_t done, size_t left, ssize_t *pretend)
 {
 	uint32_t ps = sync_peer(c);
-	int err = take_error(c);
+	int err = done ? atomic_load(&c->sk_err) : take_error(c);
 
 	if (err)
 		return -err;
 	if (atomic_load(&c->dead) || (atomic_load(&c->my_state) & SHUNT_END_WR_SHUT))
 		return -EPIPE;
-	if (ps & SHUNT_END_CLOSED) {
+	if ((ps & SHUNT_END_CLOSED) ||
+	    (ps & (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) == (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) {
 		/*
-		 * The peer's socket is gone: the kernel would send these bytes,
-		 * get a reset back (EPIPE pending, since the FIN came first) and
-		 * only fail the next call. So does this one.
+		 * Data for a socket that is gone, or that shut down both ways
+		 * (FIN_WAIT with RCV_SHUTDOWN): the kernel sends it, the peer
+		 * answers with a reset, and only the next call fails: EPIPE,
+		 * since its FIN came first. A peer still open is reset too.
 		 */
 		atomic_store(&c->dead, true);
 		atomic_store(&c->sk_err, EPIPE);
-		*pretend = (ssize_t)total;
+		publish_state(c, SHUNT_END_RESET);
+		*pretend = (ssize_t)left;
 		return 1;
 	}
 	return 0;
 }
 
 ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
-			bool nonblock, int64_t timeout_us)
+			const struct shunt_io *io)
 {
+	bool nonblock = io->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t total = iov_total(iov, iovcnt), pretend = 0;
 	int64_t deadline = 0;
 	struct iov_cursor cur;
@@ -253,13 +272,12 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 
 	if (total < 0)
 		return total;
-	nonblock = nonblock || (flags & MSG_DONTWAIT);
 	cursor_init(&cur, iov, iovcnt);
 	pthread_mutex_lock(&c->tx_lock);
 	for (;;) {
 		size_t space, n;
 
-		r = send_blocked(c, (size_t)total - done, &pretend);
+		r = send_blocked(c, done, (size_t)total - done, &pretend);
 		if (r)
 			break;
 		space = shunt_ring_space_cached(&c->tx);
@@ -282,7 +300,7 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (done == (size_t)total || nonblock)
 			break;
 		if (!deadline)
-			deadline = shunt_deadline(timeout_us);
+			deadline = shunt_deadline(io->timeout_us);
 		r = shunt_wait_end(c->me, &c->me->tx_waiters, tx_ready, c, deadline);
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;
@@ -328,8 +346,9 @@ static void credit_returned(struct shunt_conn *c)
 }
 
 ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
-			bool nonblock, int64_t timeout_us)
+			const struct shunt_io *io)
 {
+	bool nonblock = io->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t total = iov_total(iov, iovcnt);
 	bool peek = flags & MSG_PEEK, discard = flags & MSG_TRUNC;
 	struct rx_want want = { .c = c };
@@ -344,8 +363,10 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		return -EINVAL;		/* no urgent data is ever pending */
 	if (flags & MSG_ERRQUEUE)
 		return -EAGAIN;		/* and the error queue is always empty */
-	nonblock = nonblock || (flags & MSG_DONTWAIT);
-	target = (flags & MSG_WAITALL) ? (size_t)total : 1;
+	/* sock_rcvlowat: all of it with MSG_WAITALL, else SO_RCVLOWAT bytes. */
+	target = (flags & MSG_WAITALL) ? (size_t)total : (size_t)io->lowat;
+	if (target > (size_t)total)
+		target = (size_t)total;
 	cursor_init(&cur, iov, iovcnt);
 	pthread_mutex_lock(&c->rx_lock);
 	for (;;) {
@@ -395,8 +416,8 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			break;
 		}
 		if (!deadline)
-			deadline = shunt_deadline(timeout_us);
-		want.need = peek ? copied + 1 : 1;
+			deadline = shunt_deadline(io->timeout_us);
+		want.need = peek ? target : target - copied;
 		r = shunt_wait_end(c->me, &c->me->rx_waiters, rx_ready, &want, deadline);
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;
@@ -426,7 +447,7 @@ int shunt_conn_shutdown(struct shunt_conn *c, int how)
 	return atomic_load(&c->dead) ? -ENOTCONN : 0;
 }
 
-unsigned shunt_conn_poll(struct shunt_conn *c)
+unsigned shunt_conn_poll(struct shunt_conn *c, int lowat)
 {
 	uint32_t ps = sync_peer(c), ms = atomic_load(&c->my_state);
 	struct shunt_ring_ctl *rx = c->rx.ctl, *tx = c->tx.ctl;
@@ -440,7 +461,7 @@ unsigned shunt_conn_poll(struct shunt_conn *c)
 	bool snd_shut = dead || (ms & SHUNT_END_WR_SHUT);
 	unsigned mask = 0;
 
-	if (in)
+	if (in && in >= (uint64_t)lowat)
 		mask |= POLLIN | POLLRDNORM;
 	if (rcv_shut)
 		mask |= POLLIN | POLLRDNORM | POLLRDHUP;
@@ -471,7 +492,20 @@ size_t shunt_conn_outq(struct shunt_conn *c)
 {
 	uint64_t n = atomic_load(&c->tx.ctl->tail) - atomic_load(&c->tx.ctl->head);
 
+	/* A reset purges the send queue. */
+	sync_peer(c);
+	if (atomic_load(&c->dead))
+		return 0;
 	return n > c->ring_size ? 0 : (size_t)n;
+}
+
+bool shunt_conn_closed(struct shunt_conn *c)
+{
+	uint32_t ps = sync_peer(c);
+
+	/* Reset, or FINs both ways: the kernel's TCP_CLOSE (the time-wait is elsewhere). */
+	return atomic_load(&c->dead) || ((atomic_load(&c->my_state) & SHUNT_END_WR_SHUT) &&
+					 (ps & (SHUNT_END_WR_SHUT | SHUNT_END_CLOSED)));
 }
 
 uint64_t shunt_conn_tx_bytes(struct shunt_conn *c)

@@ -41,6 +41,7 @@ struct shunt_conn {
 	_Atomic uint32_t my_state;	/* what we published in me->state */
 	_Atomic int sk_err;		/* pending error, reported once (the kernel's sk_err) */
 	_Atomic bool dead;		/* reset: reads say 0, writes EPIPE */
+	struct shunt_conn *retired_next;	/* the owning socket's list of shut connections */
 };
 
 /*
@@ -56,21 +57,38 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err);
 void shunt_conn_close(struct shunt_conn *c, bool abort);
 
 /*
+ * Close our end like shunt_conn_close but keep the mapping: for a
+ * connection other threads may still be inside (a disconnect, a refused
+ * connect). Free it with shunt_conn_free once nobody can be.
+ */
+void shunt_conn_shut(struct shunt_conn *c, bool abort);
+void shunt_conn_free(struct shunt_conn *c);
+
+/* The socket's settings a data call needs. */
+struct shunt_io {
+	bool nonblock;			/* O_NONBLOCK of the descriptor, or MSG_DONTWAIT */
+	int64_t timeout_us;		/* SO_SNDTIMEO / SO_RCVTIMEO, 0: none */
+	int lowat;			/* SO_RCVLOWAT, at least 1 */
+};
+
+/*
  * Send or receive with the socket-call semantics of send(2)/recv(2): flags
- * MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL, MSG_TRUNC (discard), MSG_OOB; @nonblock
- * is the descriptor's O_NONBLOCK; @timeout_us SO_SNDTIMEO/SO_RCVTIMEO (0: none).
+ * MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL, MSG_TRUNC (discard), MSG_OOB.
  * Return bytes, or -errno (-EPIPE means the caller may owe a SIGPIPE).
  */
 ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
-			bool nonblock, int64_t timeout_us);
+			const struct shunt_io *io);
 ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
-			bool nonblock, int64_t timeout_us);
+			const struct shunt_io *io);
 
 /* shutdown(2) on an established connection: 0 or -errno. */
 int shunt_conn_shutdown(struct shunt_conn *c, int how);
 
-/* The poll(2) mask tcp_poll would report. Lock-free. */
-unsigned shunt_conn_poll(struct shunt_conn *c);
+/* The poll(2) mask tcp_poll would report for SO_RCVLOWAT @lowat. Lock-free. */
+unsigned shunt_conn_poll(struct shunt_conn *c, int lowat);
+
+/* Whether the connection reached the kernel's TCP_CLOSE (getpeername says ENOTCONN). */
+bool shunt_conn_closed(struct shunt_conn *c);
 
 /* SO_ERROR: the pending error (cleared), or 0. */
 int shunt_conn_take_error(struct shunt_conn *c);

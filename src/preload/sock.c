@@ -36,15 +36,30 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	atomic_store(&s->nonblock, nonblock);
 	atomic_store(&s->rcvtimeo_us, 0);
 	atomic_store(&s->sndtimeo_us, 0);
+	atomic_store(&s->rcvlowat, 1);
 	atomic_store(&s->linger_abort, false);
 	atomic_store(&s->so_error, 0);
 	s->connect_report = SHUNT_CONNECT_NONE;
 	s->listener = 0;
 	s->doorbell = -1;
 	s->conn = NULL;
+	s->retired = NULL;
+	s->inherit = 0;
 	/* Release: the fields above are visible to whoever gets a reference. */
 	atomic_store_explicit(&s->refs, 1, memory_order_release);
 	return s;
+}
+
+void shunt_sock_retire_conn(struct shunt_sock *s, bool abort)
+{
+	struct shunt_conn *c = s->conn;
+
+	if (!c)
+		return;
+	shunt_conn_shut(c, abort);
+	c->retired_next = s->retired;
+	s->retired = c;
+	s->conn = NULL;
 }
 
 static void release(struct shunt_sock *s)
@@ -52,6 +67,12 @@ static void release(struct shunt_sock *s)
 	if (s->conn) {
 		shunt_conn_close(s->conn, atomic_load(&s->linger_abort));
 		s->conn = NULL;
+	}
+	while (s->retired) {
+		struct shunt_conn *c = s->retired;
+
+		s->retired = c->retired_next;
+		shunt_conn_free(c);
 	}
 	if (s->listener)
 		shunt_ctl_unlisten(s->listener);

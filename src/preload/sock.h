@@ -37,13 +37,22 @@ struct shunt_sock {
 	_Atomic bool nonblock;		/* O_NONBLOCK of the open file description */
 	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0 = none */
 	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0 = none */
+	_Atomic int rcvlowat;		/* SO_RCVLOWAT as the kernel stored it */
 	_Atomic bool linger_abort;	/* SO_LINGER {1, 0}: close() resets */
 	_Atomic int so_error;		/* pending error of a failed circuit connect */
 	int connect_report;		/* enum shunt_connect_report, under lock */
 	uint64_t listener;		/* id at shuntd, 0 if not registered; under lock */
 	int doorbell;			/* hidden eventfd counting queued circuits, or -1 */
-	struct shunt_conn *conn;	/* set once, under lock, when a circuit arrives */
+	struct shunt_conn *conn;	/* under lock; read by data calls once CONNECTED */
+	struct shunt_conn *retired;	/* shut connections other threads may still touch */
+	_Atomic uint32_t inherit;	/* options set that accepted sockets inherit (opts.c) */
 };
+
+/*
+ * Replace the socket's connection, keeping the old one mapped until the
+ * socket itself is released (another thread may be inside it). Under lock.
+ */
+void shunt_sock_retire_conn(struct shunt_sock *s, bool abort);
 
 /* A new socket for @domain with one reference, or NULL without memory. */
 struct shunt_sock *shunt_sock_new(int domain, bool nonblock);

@@ -32,11 +32,14 @@ int shunt_copy_addr(const struct shunt_wire_addr *w, struct sockaddr *out, sockl
 	struct sockaddr_storage ss;
 	socklen_t len;
 
-	if (!out)
-		return 0;
-	if (!outlen || (int)*outlen < 0)
+	/* move_addr_to_user's order of checks. */
+	if (!outlen)
+		return -EFAULT;
+	if ((int)*outlen < 0)
 		return -EINVAL;
 	len = shunt_addr_from_wire(w, &ss);
+	if (*outlen && !out)
+		return -EFAULT;
 	memcpy(out, &ss, *outlen < len ? *outlen : len);
 	*outlen = len;
 	return 0;
@@ -134,8 +137,7 @@ int shunt_sock_sync(struct shunt_sock *s)
 			st = SHUNT_SOCK_CONNECTED;
 		} else if (setup == SHUNT_SETUP_REFUSED) {
 			/* Like a SYN answered by a reset: unconnected, ECONNREFUSED pending. */
-			shunt_conn_close(s->conn, false);
-			s->conn = NULL;
+			shunt_sock_retire_conn(s, false);
 			atomic_store(&s->so_error, ECONNREFUSED);
 			st = SHUNT_SOCK_FRESH;
 		}
@@ -177,6 +179,19 @@ static int wait_established(struct shunt_sock *s)
 	}
 }
 
+/*
+ * connect(AF_UNSPEC) on a connection: tcp_disconnect resets the peer and
+ * leaves an unconnected socket with ECONNRESET pending. Under s->lock.
+ */
+static int disconnect_locked(struct shunt_sock *s)
+{
+	shunt_sock_retire_conn(s, true);
+	s->connect_report = SHUNT_CONNECT_NONE;
+	atomic_store(&s->so_error, ECONNRESET);
+	atomic_store_explicit(&s->state, SHUNT_SOCK_FRESH, memory_order_release);
+	return 0;
+}
+
 int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len)
 {
 	bool nonblock = atomic_load(&s->nonblock);
@@ -188,6 +203,12 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 	st = shunt_sock_sync(s);
 	pthread_mutex_lock(&s->lock);
 	st = shunt_sock_state(s);
+	if (addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC &&
+	    (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING)) {
+		r = disconnect_locked(s);
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
 	if (st == SHUNT_SOCK_CONNECTED) {
 		/* The first call after an EINPROGRESS reports success, later ones EISCONN. */
 		r = s->connect_report == SHUNT_CONNECT_PENDING ? 0 : -EISCONN;
@@ -197,7 +218,11 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 	}
 	if (st == SHUNT_SOCK_CONNECTING) {
 		pthread_mutex_unlock(&s->lock);
-		return nonblock ? -EALREADY : wait_established(s);
+		if (nonblock)
+			return -EALREADY;
+		/* Waits again for SO_SNDTIMEO, then says it is already in progress. */
+		r = wait_established(s);
+		return r == -EINPROGRESS ? -EALREADY : r;
 	}
 	/* Whatever we cannot carry, the kernel answers exactly. */
 	if (st != SHUNT_SOCK_FRESH || shunt_addr_to_wire(addr, len, &dst) < 0 ||
@@ -269,6 +294,7 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		shunt_libc.close(nfd);
 		return r;
 	}
+	shunt_opts_inherit(s, fd, ns, nfd);
 	ns->conn = conn;
 	ns->connect_report = SHUNT_CONNECT_DONE;
 	atomic_store_explicit(&ns->state, SHUNT_SOCK_CONNECTED, memory_order_release);
@@ -276,7 +302,8 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	shunt_sock_put(ns);
 	shunt_stats_saw_fd(nfd);
 	shunt_stats.shm_accept++;
-	shunt_copy_addr(&conn->remote, addr, alen);
+	if (addr)
+		shunt_copy_addr(&conn->remote, addr, alen);
 	return nfd;
 }
 
@@ -367,16 +394,30 @@ int shunt_op_getpeername(struct shunt_sock *s, int fd, struct sockaddr *addr, so
 {
 	int st = shunt_sock_sync(s);
 
-	if (st == SHUNT_SOCK_CONNECTED)
+	if (st == SHUNT_SOCK_CONNECTED && !shunt_conn_closed(s->conn))
 		return shunt_copy_addr(&s->conn->remote, addr, len);
-	if (st == SHUNT_SOCK_CONNECTING)
+	if (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING)
 		return -ENOTCONN;
 	return (int)libc_ret(shunt_libc.getpeername(fd, addr, len));
 }
 
+/* The socket no longer listens: unregister, and it is a fresh socket again. */
+static void forget_listener(struct shunt_sock *s)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->listener)
+		shunt_ctl_unlisten(s->listener);
+	if (s->doorbell >= 0)
+		shunt_close_hidden(s->doorbell);
+	s->listener = 0;
+	s->doorbell = -1;
+	atomic_store_explicit(&s->state, SHUNT_SOCK_FRESH, memory_order_release);
+	pthread_mutex_unlock(&s->lock);
+}
+
 int shunt_op_shutdown(struct shunt_sock *s, int fd, int how)
 {
-	int st = shunt_sock_sync(s);
+	int st = shunt_sock_sync(s), r;
 
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return -EINVAL;
@@ -384,7 +425,11 @@ int shunt_op_shutdown(struct shunt_sock *s, int fd, int how)
 		return shunt_conn_shutdown(s->conn, how);
 	if (st == SHUNT_SOCK_CONNECTING)
 		return -ENOTCONN;
-	return (int)libc_ret(shunt_libc.shutdown(fd, how));
+	r = (int)libc_ret(shunt_libc.shutdown(fd, how));
+	/* A listener shut down for reading stops listening: so does its registration. */
+	if (r == 0 && st == SHUNT_SOCK_LISTENING && how != SHUT_WR)
+		forget_listener(s);
+	return r;
 }
 
 int shunt_op_close(int fd)
