@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <fcntl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -278,4 +279,21 @@ SHUNT_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off_t *offset, size_t cou
 {
 	shunt_ensure_init();
 	return do_sendfile(out_fd, in_fd, offset, count, shunt_libc.sendfile64);
+}
+
+SHUNT_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
+			    unsigned int flags)
+{
+	struct shunt_sock *in = stream_of(fd_in), *out = stream_of(fd_out);
+	int saved = errno;
+	ssize_t r;
+
+	if (!in && !out)
+		return shunt_libc.splice(fd_in, off_in, fd_out, off_out, len, flags);
+	r = shunt_op_splice(in, fd_in, off_in, out, fd_out, off_out, len, flags);
+	if (in)
+		shunt_sock_put(in);
+	if (out)
+		shunt_sock_put(out);
+	return shunt_ret(r, saved);
 }

@@ -8,7 +8,12 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "preload/conn.h"
 #include "preload/libc.h"
@@ -20,7 +25,9 @@ bool shunt_op_streams(struct shunt_sock *s)
 {
 	int st = shunt_sock_sync(s);
 
-	return st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING;
+	/* A socket whose circuit was refused or disconnected owes its error first. */
+	return st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING ||
+	       atomic_load(&s->so_error);
 }
 
 static bool established(void *arg)
@@ -36,10 +43,14 @@ static bool established(void *arg)
  */
 static int await_connected(struct shunt_sock *s, bool nonblock, int64_t timeout_us)
 {
-	int r;
+	int st = shunt_sock_sync(s), r;
 
-	if (shunt_sock_sync(s) != SHUNT_SOCK_CONNECTING)
-		return shunt_sock_state(s) == SHUNT_SOCK_CONNECTED ? 0 : -ENOTCONN;
+	if (st == SHUNT_SOCK_FRESH) {
+		r = atomic_exchange(&s->so_error, 0);
+		return r ? -r : -ENOTCONN;
+	}
+	if (st != SHUNT_SOCK_CONNECTING)
+		return st == SHUNT_SOCK_CONNECTED ? 0 : -ENOTCONN;
 	if (nonblock)
 		return -EAGAIN;
 	r = shunt_wait_end(s->conn->me, &s->conn->me->tx_waiters, established, s->conn,
@@ -53,14 +64,18 @@ static int await_connected(struct shunt_sock *s, bool nonblock, int64_t timeout_
 
 ssize_t shunt_op_send(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
-	bool nonblock = atomic_load(&s->nonblock) || (flags & MSG_DONTWAIT);
-	int64_t timeout = atomic_load(&s->sndtimeo_us);
-	ssize_t r = await_connected(s, nonblock, timeout);
+	struct shunt_io io = {
+		.nonblock = atomic_load(&s->nonblock) || (flags & MSG_DONTWAIT),
+		.timeout_us = atomic_load(&s->sndtimeo_us),
+		.lowat = 1,
+	};
+	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
+	struct shunt_conn *c = s->conn;
 
 	if (r == 0)
-		r = shunt_conn_send(s->conn, iov, iovcnt, flags, nonblock, timeout);
+		r = c ? shunt_conn_send(c, iov, iovcnt, flags, &io) : -EPIPE;
 	if (r == -ENOTCONN)
-		r = -EPIPE;	/* a refused connection: the kernel says EPIPE too */
+		r = -EPIPE;	/* an unconnected stream socket: the kernel says EPIPE too */
 	/* The kernel signals the thread before returning EPIPE, unless asked not to. */
 	if (r == -EPIPE && !(flags & MSG_NOSIGNAL))
 		raise(SIGPIPE);
@@ -69,12 +84,16 @@ ssize_t shunt_op_send(struct shunt_sock *s, const struct iovec *iov, int iovcnt,
 
 ssize_t shunt_op_recv(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
-	bool nonblock = atomic_load(&s->nonblock) || (flags & MSG_DONTWAIT);
-	int64_t timeout = atomic_load(&s->rcvtimeo_us);
-	ssize_t r = await_connected(s, nonblock, timeout);
+	struct shunt_io io = {
+		.nonblock = atomic_load(&s->nonblock) || (flags & MSG_DONTWAIT),
+		.timeout_us = atomic_load(&s->rcvtimeo_us),
+		.lowat = atomic_load(&s->rcvlowat),
+	};
+	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
+	struct shunt_conn *c = s->conn;
 
 	if (r == 0)
-		r = shunt_conn_recv(s->conn, iov, iovcnt, flags, nonblock, timeout);
+		r = c ? shunt_conn_recv(c, iov, iovcnt, flags, &io) : -ENOTCONN;
 	return r;
 }
 
@@ -104,20 +123,32 @@ ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int f
 	return r;
 }
 
+enum { BOUNCE_SIZE = 1 << 16 };
+
+/* A per-thread buffer for the calls the kernel would do without one. */
+static char *bounce(void)
+{
+	static _Thread_local char *buf;
+
+	if (!buf)
+		buf = malloc(BOUNCE_SIZE);
+	return buf;
+}
+
 /*
  * sendfile() into a circuit: read the file with pread at an explicit
  * offset and send; the file offset (or *@offset) advances by what was sent.
  */
 ssize_t shunt_op_sendfile(struct shunt_sock *s, int in_fd, off_t *offset, size_t count)
 {
-	static _Thread_local char *buf;
-	const size_t chunk = 1 << 16;
+	char *buf = bounce();
+	const size_t chunk = BOUNCE_SIZE;
 	off_t pos = offset ? *offset : lseek(in_fd, 0, SEEK_CUR);
 	ssize_t sent = 0, r = 0;
 
 	if (pos < 0)
 		return -errno;
-	if (!buf && !(buf = malloc(chunk)))
+	if (!buf)
 		return -ENOMEM;
 	while ((size_t)sent < count) {
 		size_t want = count - (size_t)sent < chunk ? count - (size_t)sent : chunk;
@@ -145,4 +176,78 @@ ssize_t shunt_op_sendfile(struct shunt_sock *s, int in_fd, off_t *offset, size_t
 	else
 		lseek(in_fd, pos, SEEK_SET);
 	return sent ? sent : r;
+}
+
+/* Room left in pipe @fd, or -errno. */
+static long pipe_room(int fd)
+{
+	int size = (int)syscall(SYS_fcntl, fd, F_GETPIPE_SZ), used = 0;
+
+	if (size < 0)
+		return -errno;
+	if (syscall(SYS_ioctl, fd, FIONREAD, &used) < 0)
+		return -errno;
+	return size - used;
+}
+
+/*
+ * splice() with a circuit socket on one side and a pipe on the other,
+ * through a bounce buffer: never take more from the source than the
+ * destination can take now, so no byte is read and then dropped.
+ */
+ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct shunt_sock *out,
+			int fd_out, loff_t *off_out, size_t len, unsigned int flags)
+{
+	int msg = flags & SPLICE_F_NONBLOCK ? MSG_DONTWAIT : 0;
+	char *buf = bounce();
+	struct iovec iov;
+	ssize_t r;
+	long room;
+
+	if (!buf)
+		return -ENOMEM;
+	if ((in && off_in) || (out && off_out))
+		return -ESPIPE;		/* sockets have no offset */
+	if (len > BOUNCE_SIZE)
+		len = BOUNCE_SIZE;
+	if (in) {
+		/* Socket to pipe: as much as the pipe has room for. */
+		room = out ? (long)len : pipe_room(fd_out);
+		if (room < 0)
+			return room;
+		if (room == 0) {
+			struct pollfd p = { fd_out, POLLOUT, 0 };
+
+			if (msg)
+				return -EAGAIN;
+			if (syscall(SYS_ppoll, &p, 1, NULL, NULL, 0) < 0)
+				return -errno;
+			room = pipe_room(fd_out);
+			if (room <= 0)
+				return room < 0 ? room : -EAGAIN;
+		}
+		iov = (struct iovec){ buf, len < (size_t)room ? len : (size_t)room };
+		r = shunt_op_recv(in, &iov, 1, msg);
+		if (r <= 0)
+			return r;
+		iov.iov_len = (size_t)r;
+		if (out)
+			return shunt_op_send(out, &iov, 1, msg);
+		r = syscall(SYS_write, fd_out, buf, (size_t)r);
+		return r < 0 ? -errno : r;
+	}
+	/* Pipe to socket: no more than the ring takes now when we must not block. */
+	if (msg || atomic_load(&out->nonblock)) {
+		size_t free_now = out->conn ? out->conn->ring_size - shunt_conn_outq(out->conn) : 0;
+
+		if (!free_now)
+			return -EAGAIN;
+		if (len > free_now)
+			len = free_now;
+	}
+	r = syscall(SYS_read, fd_in, buf, len);
+	if (r <= 0)
+		return r < 0 ? -errno : 0;
+	iov = (struct iovec){ buf, (size_t)r };
+	return shunt_op_send(out, &iov, 1, msg);
 }

@@ -7,6 +7,7 @@
 #ifndef SHUNT_PRELOAD_LIBC_H
 #define SHUNT_PRELOAD_LIBC_H
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -57,7 +58,8 @@
 	X(int, dup2, (int, int)) \
 	X(int, dup3, (int, int, int)) \
 	X(ssize_t, sendfile, (int, int, off_t *, size_t)) \
-	X(ssize_t, sendfile64, (int, int, off_t *, size_t))
+	X(ssize_t, sendfile64, (int, int, off_t *, size_t)) \
+	X(ssize_t, splice, (int, loff_t *, int, loff_t *, size_t, unsigned int))
 
 #define SHUNT_LIBC_POINTER(ret, name, args) ret (*name) args;
 struct shunt_libc {

@@ -49,6 +49,9 @@ ssize_t shunt_op_recv(struct shunt_sock *s, const struct iovec *iov, int iovcnt,
 ssize_t shunt_op_sendmsg(struct shunt_sock *s, int fd, const struct msghdr *msg, int flags);
 ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int flags);
 ssize_t shunt_op_sendfile(struct shunt_sock *s, int in_fd, off_t *offset, size_t count);
+/* splice(2) where @in and/or @out (the other being a pipe) is a circuit socket. */
+ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct shunt_sock *out,
+			int fd_out, loff_t *off_out, size_t len, unsigned int flags);
 /* Whether a socket in this state carries its bytes in a circuit. */
 bool shunt_op_streams(struct shunt_sock *s);
 
@@ -59,6 +62,8 @@ int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void 
 			socklen_t *len);
 int shunt_op_fcntl(struct shunt_sock *s, int fd, int cmd, void *arg);
 int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg);
+/* Copy onto accepted socket @to (fd @nfd) the options listener @from (fd @lfd) had set. */
+void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to, int nfd);
 
 /* poll.c: readiness across shunt sockets and kernel descriptors */
 /* @timeout_ns < 0 waits forever; @mask as ppoll's. */

@@ -30,11 +30,69 @@ static int64_t timeout_us(int fd, int name)
 	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
+/*
+ * Options an accepted socket inherits from its listener (the kernel clones
+ * the listening sock). A shunt socket accepted from a circuit is a new
+ * kernel socket, so the library copies those the listener had set.
+ */
+static const struct {
+	int level, name;
+} inherited[] = {
+	{ SOL_SOCKET, SO_KEEPALIVE }, { SOL_SOCKET, SO_LINGER }, { SOL_SOCKET, SO_RCVTIMEO_OLD },
+	{ SOL_SOCKET, SO_SNDTIMEO_OLD }, { SOL_SOCKET, SO_PRIORITY }, { SOL_SOCKET, SO_OOBINLINE },
+	{ SOL_SOCKET, SO_RCVBUF }, { SOL_SOCKET, SO_SNDBUF }, { SOL_SOCKET, SO_RCVLOWAT },
+	{ SOL_SOCKET, SO_REUSEADDR }, { SOL_SOCKET, SO_MARK },
+	{ IPPROTO_TCP, TCP_NODELAY }, { IPPROTO_TCP, TCP_KEEPIDLE }, { IPPROTO_TCP, TCP_KEEPINTVL },
+	{ IPPROTO_TCP, TCP_KEEPCNT }, { IPPROTO_TCP, TCP_USER_TIMEOUT }, { IPPROTO_TCP, TCP_CORK },
+	{ IPPROTO_TCP, TCP_CONGESTION },
+	{ IPPROTO_IP, IP_TOS }, { IPPROTO_IP, IP_TTL },
+	{ IPPROTO_IPV6, IPV6_TCLASS }, { IPPROTO_IPV6, IPV6_UNICAST_HOPS },
+};
+
+static int inherited_index(int level, int name)
+{
+	if (level == SOL_SOCKET && name == SO_RCVTIMEO_NEW)
+		name = SO_RCVTIMEO_OLD;
+	if (level == SOL_SOCKET && name == SO_SNDTIMEO_NEW)
+		name = SO_SNDTIMEO_OLD;
+	for (unsigned i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++)
+		if (inherited[i].level == level && inherited[i].name == name)
+			return (int)i;
+	return -1;
+}
+
+void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to, int nfd)
+{
+	for (unsigned i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++) {
+		char val[64];
+		socklen_t len = sizeof(val);
+
+		if (!(from->inherit & (1u << i)) ||
+		    shunt_libc.getsockopt(lfd, inherited[i].level, inherited[i].name, val, &len) < 0)
+			continue;
+		/* Buffer sizes read back doubled; setting half gives the same value. */
+		if (inherited[i].level == SOL_SOCKET &&
+		    (inherited[i].name == SO_RCVBUF || inherited[i].name == SO_SNDBUF))
+			*(int *)val /= 2;
+		shunt_libc.setsockopt(nfd, inherited[i].level, inherited[i].name, val, len);
+	}
+	to->inherit = from->inherit;
+	atomic_store(&to->rcvtimeo_us, atomic_load(&from->rcvtimeo_us));
+	atomic_store(&to->sndtimeo_us, atomic_load(&from->sndtimeo_us));
+	atomic_store(&to->linger_abort, atomic_load(&from->linger_abort));
+	atomic_store(&to->rcvlowat, atomic_load(&from->rcvlowat));
+}
+
 int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const void *val,
 			socklen_t len)
 {
+	int i;
+
 	if (shunt_libc.setsockopt(fd, level, name, val, len) < 0)
 		return -errno;
+	i = inherited_index(level, name);
+	if (i >= 0)
+		atomic_fetch_or(&s->inherit, 1u << i);
 	if (level != SOL_SOCKET)
 		return 0;
 	switch (name) {
@@ -46,6 +104,14 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	case SO_SNDTIMEO_NEW:
 		atomic_store(&s->sndtimeo_us, timeout_us(fd, SO_SNDTIMEO_OLD));
 		break;
+	case SO_RCVLOWAT: {
+		int v = 1;
+		socklen_t l = sizeof(v);
+
+		shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &l);
+		atomic_store(&s->rcvlowat, v > 0 ? v : 1);
+		break;
+	}
 	case SO_LINGER: {
 		struct linger l;
 

@@ -108,7 +108,7 @@ unsigned shunt_op_poll_mask(struct shunt_sock *s)
 {
 	switch (shunt_sock_sync(s)) {
 	case SHUNT_SOCK_CONNECTED:
-		return shunt_conn_poll(s->conn);
+		return shunt_conn_poll(s->conn, atomic_load(&s->rcvlowat));
 	case SHUNT_SOCK_CONNECTING:
 		return 0;
 	default:
