@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: MIT
+/* The byte ring: wrap-around copies, and indices a hostile peer could publish. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/ring.h"
+
+enum { RING = 4096 };
+
+struct fixture {
+	struct shunt_circuit_hdr *hdr;
+	struct shunt_ring tx, rx;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	f->hdr = aligned_alloc(4096, shunt_circuit_size(RING));
+	memset(f->hdr, 0, shunt_circuit_size(RING));
+	shunt_ring_attach(&f->tx, f->hdr, 0, RING, 1);
+	shunt_ring_attach(&f->rx, f->hdr, 0, RING, 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	free(f->hdr);
+	free(f);
+	return 0;
+}
+
+static void t_round_trip_across_wrap(void **state)
+{
+	struct fixture *f = *state;
+	char in[3000], out[3000];
+
+	for (int round = 0; round < 10; round++) {
+		for (size_t i = 0; i < sizeof(in); i++)
+			in[i] = (char)(round * 7 + i);
+		assert_int_equal(shunt_ring_space(&f->tx), RING - 0);
+		shunt_ring_put(&f->tx, 0, in, sizeof(in));
+		shunt_ring_publish(&f->tx, sizeof(in));
+		assert_int_equal(shunt_ring_avail(&f->rx), sizeof(in));
+		shunt_ring_get(&f->rx, 0, out, sizeof(out));
+		assert_memory_equal(in, out, sizeof(in));
+		shunt_ring_consume(&f->rx, sizeof(in));
+		assert_int_equal(shunt_ring_avail(&f->rx), 0);
+	}
+	/* 30000 bytes through a 4 KiB ring: the indices wrapped several times. */
+	assert_int_equal(f->tx.pos, 30000);
+}
+
+static void t_space_counts_unconsumed(void **state)
+{
+	struct fixture *f = *state;
+	char buf[1000] = { 0 };
+
+	shunt_ring_put(&f->tx, 0, buf, sizeof(buf));
+	shunt_ring_publish(&f->tx, sizeof(buf));
+	assert_int_equal(shunt_ring_space(&f->tx), RING - 1000);
+	shunt_ring_consume(&f->rx, 400);
+	assert_int_equal(shunt_ring_space(&f->tx), RING - 600);
+	assert_int_equal(shunt_ring_space_cached(&f->tx), RING - 600);
+}
+
+static void t_peek_at_offset(void **state)
+{
+	struct fixture *f = *state;
+	char out[4];
+
+	shunt_ring_put(&f->tx, 0, "abcdefgh", 8);
+	shunt_ring_publish(&f->tx, 8);
+	assert_int_equal(shunt_ring_avail(&f->rx), 8);
+	shunt_ring_get(&f->rx, 4, out, 4);
+	assert_memory_equal(out, "efgh", 4);
+	/* Looking does not consume. */
+	assert_int_equal(shunt_ring_avail(&f->rx), 8);
+}
+
+static void t_hostile_tail_beyond_ring(void **state)
+{
+	struct fixture *f = *state;
+
+	/* The producer claims more bytes than the ring holds. */
+	atomic_store(&f->hdr->ring[0].tail, RING + 1);
+	assert_int_equal(shunt_ring_avail(&f->rx), -EPROTO);
+	/* Or moves its tail behind our head: a huge unsigned difference. */
+	f->rx.pos = 100;
+	atomic_store(&f->hdr->ring[0].tail, 50);
+	assert_int_equal(shunt_ring_avail(&f->rx), -EPROTO);
+}
+
+static void t_hostile_head_beyond_tail(void **state)
+{
+	struct fixture *f = *state;
+
+	/* The consumer claims to have read bytes that were never written. */
+	atomic_store(&f->hdr->ring[0].head, 10);
+	assert_int_equal(shunt_ring_space(&f->tx), -EPROTO);
+	/* Or leaves more than a ring's worth unread. */
+	f->tx.pos = 3 * RING;
+	atomic_store(&f->hdr->ring[0].head, RING - 1);
+	assert_int_equal(shunt_ring_space(&f->tx), -EPROTO);
+}
+
+static void t_hostile_indices_never_address_outside(void **state)
+{
+	struct fixture *f = *state;
+	char out[RING];
+
+	/* Any index the peer publishes is masked: reads stay inside the ring. */
+	f->rx.pos = UINT64_MAX - 10;
+	atomic_store(&f->hdr->ring[0].tail, f->rx.pos + RING);
+	assert_int_equal(shunt_ring_avail(&f->rx), RING);
+	shunt_ring_get(&f->rx, 0, out, RING);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(t_round_trip_across_wrap, setup, teardown),
+		cmocka_unit_test_setup_teardown(t_space_counts_unconsumed, setup, teardown),
+		cmocka_unit_test_setup_teardown(t_peek_at_offset, setup, teardown),
+		cmocka_unit_test_setup_teardown(t_hostile_tail_beyond_ring, setup, teardown),
+		cmocka_unit_test_setup_teardown(t_hostile_head_beyond_tail, setup, teardown),
+		cmocka_unit_test_setup_teardown(t_hostile_indices_never_address_outside, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
