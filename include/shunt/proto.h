@@ -31,7 +31,7 @@ enum shunt_msg_type {
 
 enum shunt_msg_limits {
 	SHUNT_MSG_MAX = 512,		/* no message is larger */
-	SHUNT_MSG_MAX_FDS = 4,		/* no message carries more descriptors */
+	SHUNT_MSG_MAX_FDS = 5,		/* no message carries more descriptors */
 	SHUNT_COMM_LEN = 16,
 };
 
@@ -106,12 +106,15 @@ struct shunt_msg_accept {
 };
 
 enum shunt_circuit_flags {
-	SHUNT_CIRCUIT_NEW_LINK = 1u << 0, /* link memfd and both eventfds follow */
+	SHUNT_CIRCUIT_NEW_LINK = 1u << 0,	/* link memfd and both eventfds follow */
+	SHUNT_CIRCUIT_KERNEL_HALF = 1u << 1,	/* ACCEPT: an ESTABLISHED kernel socket comes first */
 };
 
 /*
- * Reply to CONNECT (status SHUNT_OK) and ACCEPT: the circuit memfd, then if
- * SHUNT_CIRCUIT_NEW_LINK the link memfd, this side's eventfd, the peer's.
+ * Reply to CONNECT (status SHUNT_OK) and ACCEPT: with SHUNT_CIRCUIT_KERNEL_HALF
+ * first the accepted kernel socket (so it lands on the lowest free number,
+ * as accept() would), then the circuit memfd, then if SHUNT_CIRCUIT_NEW_LINK
+ * the link memfd, this side's eventfd and the peer's.
  */
 struct shunt_msg_circuit {
 	struct shunt_msg_hdr h;

@@ -142,13 +142,13 @@ void shuntd_circuit_end_done(struct shuntd *d, struct circuit *c, unsigned end, 
 }
 
 int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c, unsigned end,
-			 uint16_t type, uint32_t seq)
+			 uint16_t type, uint32_t seq, int kernel_half)
 {
 	struct shunt_msg_circuit r;
 	struct link *l = c->link;
 	unsigned side = c->side[end];
-	int fds[4] = { c->memfd };
-	unsigned nfds = 1;
+	int fds[SHUNT_MSG_MAX_FDS];
+	unsigned nfds = 0;
 
 	(void)d;
 	shunt_proto_init(&r, type | SHUNT_MSG_REPLY, sizeof(r), seq);
@@ -160,12 +160,16 @@ int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c,
 	r.link_side = (uint8_t)side;
 	r.local = c->local[end];
 	r.peer = c->peer[end];
+	if (kernel_half >= 0) {
+		r.flags |= SHUNT_CIRCUIT_KERNEL_HALF;
+		fds[nfds++] = kernel_half;
+	}
+	fds[nfds++] = c->memfd;
 	if (!l->delivered[side]) {
 		r.flags |= SHUNT_CIRCUIT_NEW_LINK;
-		fds[1] = l->memfd;
-		fds[2] = l->efd[side];
-		fds[3] = l->efd[side ^ 1];
-		nfds = 4;
+		fds[nfds++] = l->memfd;
+		fds[nfds++] = l->efd[side];
+		fds[nfds++] = l->efd[side ^ 1];
 	}
 	int ret = shuntd_session_reply(s, &r, fds, nfds);
 

@@ -126,12 +126,12 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		f.local = source_for(&m->dst, f.domain);
 		f.local.port = port;
 	}
-	close(fd);
-	if (r < 0) {
-		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, r);
-		return;
-	}
-	if (!l) {
+	if (r < 0 || !l) {
+		close(fd);
+		if (r < 0) {
+			shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, r);
+			return;
+		}
 		d->kernel_fallbacks++;
 		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_USE_KERNEL);
 		return;
@@ -142,6 +142,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		/* Out of resources: this connection simply goes through the kernel. */
 		if (c)
 			shuntd_circuit_destroy(d, c);
+		close(fd);
 		d->kernel_fallbacks++;
 		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_USE_KERNEL);
 		return;
@@ -150,6 +151,9 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	c->side[SHUNT_END_CONNECTOR] = (uint8_t)shuntd_link_side_of(link, s);
 	c->side[SHUNT_END_ACCEPTOR] = c->side[SHUNT_END_CONNECTOR] ^ 1;
 	set_addresses(c, &f.local, &m->dst, l);
+	/* Same namespace only: companions are made in shuntd's own. */
+	c->companion = f.netns == d->netns_self && shuntd_companion_seqs(c) == 0 &&
+		       shuntd_companion_connector(c, fd) == 0;
 	c->listener = l;
 	if (l->queued < l->max_queued) {
 		c->queue = CIRCUIT_ACCEPTQ;
@@ -162,8 +166,9 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		c->queue = CIRCUIT_SYN;
 		shunt_list_add_tail(&l->synq, &c->queue_node);
 	}
+	close(fd);
 	shuntd_circuit_hold(c, SHUNT_END_CONNECTOR, s);
-	if (shuntd_circuit_reply(d, s, c, SHUNT_END_CONNECTOR, SHUNT_MSG_CONNECT, m->h.seq) < 0)
+	if (shuntd_circuit_reply(d, s, c, SHUNT_END_CONNECTOR, SHUNT_MSG_CONNECT, m->h.seq, -1) < 0)
 		shuntd_circuit_end_done(d, c, SHUNT_END_CONNECTOR, true);
 }
 
@@ -173,7 +178,7 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	struct sock_facts f;
 	struct circuit *c;
 	eventfd_t one;
-	int r = shuntd_socket_facts(fd, &f);
+	int r = shuntd_socket_facts(fd, &f), half;
 
 	close(fd);
 	/* Whoever holds the listening socket may accept on it, and no one else. */
@@ -193,7 +198,11 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 		shunt_debug("circuit %llu accepted by pid %d, not by the listener's owner",
 			    (unsigned long long)c->id, (int)s->pid);
 	shuntd_circuit_hold(c, SHUNT_END_ACCEPTOR, s);
-	r = shuntd_circuit_reply(d, s, c, SHUNT_END_ACCEPTOR, SHUNT_MSG_ACCEPT, m->h.seq);
+	/* Its kernel socket, ESTABLISHED on the listener's port as accept()'s would be. */
+	half = c->companion ? shuntd_companion_acceptor(c, f.domain) : -1;
+	r = shuntd_circuit_reply(d, s, c, SHUNT_END_ACCEPTOR, SHUNT_MSG_ACCEPT, m->h.seq, half);
+	if (half >= 0)
+		close(half);
 	close(c->memfd);
 	c->memfd = -1;
 	if (r < 0)

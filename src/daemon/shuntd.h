@@ -90,6 +90,8 @@ struct circuit {
 	struct link *link;
 	uint32_t slot;			/* in the link, for notices to either end */
 	uint8_t side[2];		/* the link side of each end's process */
+	uint32_t isn[2];		/* companion sockets' initial sequence numbers */
+	bool companion;			/* the connector's socket was made ESTABLISHED */
 	struct listener *listener;	/* while queued */
 	enum circuit_queue queue;
 	struct shunt_list queue_node;
@@ -157,7 +159,12 @@ void shuntd_circuit_hold(struct circuit *c, unsigned end, struct session *s);
 void shuntd_circuit_unqueue(struct circuit *c);
 void shuntd_circuit_wake(struct circuit *c, unsigned end);
 int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c, unsigned end,
-			 uint16_t type, uint32_t seq);
+			 uint16_t type, uint32_t seq, int kernel_half);
+
+/* companion.c: real kernel sockets for the two ends (needs CAP_NET_ADMIN) */
+int shuntd_companion_seqs(struct circuit *c);
+int shuntd_companion_connector(struct circuit *c, int fd);
+int shuntd_companion_acceptor(struct circuit *c, int domain);
 
 /* link.c */
 struct link *shuntd_link_get(struct shuntd *d, struct session *a, struct session *b);

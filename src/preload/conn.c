@@ -112,7 +112,12 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 	shunt_close_internal(g->memfd);
 	g->memfd = -1;
 	link = shunt_plink_attach(g);
+	/* Whatever else came (an unused link) is closed; the kernel half is the caller's. */
+	int half = g->kernel_half;
+
+	g->kernel_half = -1;
 	shunt_grant_discard(g);
+	g->kernel_half = half;
 	c = calloc(1, sizeof(*c));
 	if (!link || !c) {
 		free(c);

@@ -45,8 +45,9 @@ struct shunt_conn {
 };
 
 /*
- * Attach to the circuit of a grant (taking over all its descriptors, even
- * on failure). Returns the connection, or NULL with -errno in *@err.
+ * Attach to the circuit of a grant, taking over its descriptors except the
+ * kernel half, which stays in the grant for the caller (on failure all are
+ * closed). Returns the connection, or NULL with -errno in *@err.
  */
 struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err);
 

@@ -200,33 +200,38 @@ void shunt_ctl_unlisten(uint64_t listener)
 
 void shunt_grant_discard(struct shunt_grant *g)
 {
-	int fds[4] = { g->memfd, g->link_memfd, g->link_efd_mine, g->link_efd_peer };
+	int fds[5] = { g->kernel_half, g->memfd, g->link_memfd, g->link_efd_mine,
+		       g->link_efd_peer };
 
-	shunt_proto_close_fds(fds, 4);
-	g->memfd = g->link_memfd = g->link_efd_mine = g->link_efd_peer = -1;
+	shunt_proto_close_fds(fds, 5);
+	g->kernel_half = g->memfd = g->link_memfd = g->link_efd_mine = g->link_efd_peer = -1;
 }
 
 /* Unpack a circuit reply and its descriptors into @g. */
 static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 		      struct shunt_grant *g)
 {
-	g->memfd = g->link_memfd = g->link_efd_mine = g->link_efd_peer = -1;
+	unsigned want, i = 0;
+
+	g->kernel_half = g->memfd = g->link_memfd = g->link_efd_mine = g->link_efd_peer = -1;
 	if (status != SHUNT_OK) {
 		shunt_proto_close_fds(rfds, n);
 		return status;
 	}
 	memcpy(&g->msg, reply, sizeof(g->msg));
-	unsigned want = g->msg.flags & SHUNT_CIRCUIT_NEW_LINK ? 4 : 1;
-
+	want = 1 + (g->msg.flags & SHUNT_CIRCUIT_NEW_LINK ? 3 : 0) +
+	       (g->msg.flags & SHUNT_CIRCUIT_KERNEL_HALF ? 1 : 0);
 	if (n != want || g->msg.end > 1 || g->msg.link_side > 1) {
 		shunt_proto_close_fds(rfds, n);
 		return -EPROTO;
 	}
-	g->memfd = rfds[0];
-	if (want == 4) {
-		g->link_memfd = rfds[1];
-		g->link_efd_mine = rfds[2];
-		g->link_efd_peer = rfds[3];
+	if (g->msg.flags & SHUNT_CIRCUIT_KERNEL_HALF)
+		g->kernel_half = rfds[i++];
+	g->memfd = rfds[i++];
+	if (g->msg.flags & SHUNT_CIRCUIT_NEW_LINK) {
+		g->link_memfd = rfds[i++];
+		g->link_efd_mine = rfds[i++];
+		g->link_efd_peer = rfds[i++];
 	}
 	return 0;
 }

@@ -16,6 +16,7 @@
 /* A circuit granted by shuntd: the reply and the descriptors that came with it. */
 struct shunt_grant {
 	struct shunt_msg_circuit msg;
+	int kernel_half;		/* -1 unless msg.flags has SHUNT_CIRCUIT_KERNEL_HALF */
 	int memfd;
 	int link_memfd;			/* -1 unless msg.flags has SHUNT_CIRCUIT_NEW_LINK */
 	int link_efd_mine;

@@ -183,8 +183,11 @@ static int wait_established(struct shunt_sock *s)
  * connect(AF_UNSPEC) on a connection: tcp_disconnect resets the peer and
  * leaves an unconnected socket with ECONNRESET pending. Under s->lock.
  */
-static int disconnect_locked(struct shunt_sock *s)
+static int disconnect_locked(struct shunt_sock *s, int fd, const struct sockaddr *addr,
+			     socklen_t len)
 {
+	/* A companion kernel half is ESTABLISHED too: it goes back to unconnected. */
+	shunt_libc.connect(fd, addr, len);
 	shunt_sock_retire_conn(s, true);
 	s->connect_report = SHUNT_CONNECT_NONE;
 	atomic_store(&s->so_error, ECONNRESET);
@@ -205,7 +208,7 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 	st = shunt_sock_state(s);
 	if (addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC &&
 	    (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING)) {
-		r = disconnect_locked(s);
+		r = disconnect_locked(s, fd, addr, len);
 		pthread_mutex_unlock(&s->lock);
 		return r;
 	}
@@ -264,6 +267,27 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 	return st == SHUNT_SOCK_CONNECTED ? 0 : wait_established(s);
 }
 
+/*
+ * The kernel socket of an accepted circuit: the ESTABLISHED companion shuntd
+ * made (it arrived first, on the lowest free number, as accept() would put
+ * it), or a fresh unconnected one. Either way with accept4's @flags.
+ */
+static int accepted_fd(struct shunt_sock *s, struct shunt_grant *g, int flags)
+{
+	int fd = g->kernel_half;
+
+	g->kernel_half = -1;
+	if (fd < 0) {
+		fd = shunt_libc.socket(s->domain, SOCK_STREAM | flags, IPPROTO_TCP);
+		return fd < 0 ? -errno : fd;
+	}
+	if (!(flags & SOCK_CLOEXEC))
+		shunt_libc.fcntl(fd, F_SETFD, 0);
+	if (flags & SOCK_NONBLOCK)
+		shunt_libc.fcntl(fd, F_SETFL, O_RDWR | O_NONBLOCK);
+	return fd;
+}
+
 /* Hand out a circuit queued on our listener as a new socket. */
 static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 			  int flags)
@@ -273,26 +297,22 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	struct shunt_grant g;
 	int nfd, r, err;
 
-	/* The socket first, so the application gets the lowest free number. */
-	nfd = shunt_libc.socket(s->domain, SOCK_STREAM | flags, IPPROTO_TCP);
-	if (nfd < 0)
-		return -errno;
 	r = shunt_ctl_accept(fd, s->listener, &g);
-	if (r == 0) {
-		conn = shunt_conn_open(&g, &err);
-		if (!conn)
-			r = -ECONNABORTED;
-	}
-	if (r == 0) {
-		ns = shunt_sock_new(s->domain, flags & SOCK_NONBLOCK);
-		if (!ns) {
-			shunt_conn_close(conn, true);
-			r = -ENOMEM;
-		}
-	}
-	if (r < 0) {
-		shunt_libc.close(nfd);
+	if (r < 0)
 		return r;
+	conn = shunt_conn_open(&g, &err);
+	if (!conn) {
+		shunt_grant_discard(&g);
+		return -ECONNABORTED;
+	}
+	/* After the circuit's memfd is closed, so the lowest number is free. */
+	nfd = accepted_fd(s, &g, flags);
+	ns = nfd >= 0 ? shunt_sock_new(s->domain, flags & SOCK_NONBLOCK) : NULL;
+	if (!ns) {
+		shunt_conn_close(conn, true);
+		if (nfd >= 0)
+			shunt_libc.close(nfd);
+		return nfd < 0 ? nfd : -ENOMEM;
 	}
 	shunt_opts_inherit(s, fd, ns, nfd);
 	ns->conn = conn;

@@ -1,0 +1,628 @@
+// SPDX-License-Identifier: MIT
+// Implementation of the t_* helpers declared in t_harness.h. Scene-setting
+// helpers are fatal on failure; the calls under test are never made here.
+#include "t_harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+// Set by t_expect from any thread, read once by t_finish.
+static atomic_bool failed;
+static volatile sig_atomic_t sigpipe_count;
+
+static void on_alarm(int sig)
+{
+	static const char msg[] = "FATAL: watchdog expired (a call hung)\n";
+
+	(void)sig;
+	// Only async-signal-safe calls here; stdout is line buffered, so no
+	// complete line is lost by _exit.
+	(void)!write(STDOUT_FILENO, msg, sizeof(msg) - 1);
+	(void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+	_exit(T_FAIL);
+}
+
+void t_watchdog(unsigned seconds)
+{
+	struct sigaction sa = { .sa_handler = on_alarm };
+
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGALRM, &sa, NULL) < 0)
+		t_fatal("sigaction(SIGALRM)");
+	alarm(seconds);
+}
+
+void t_start(unsigned watchdog_s)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	t_watchdog(watchdog_s);
+}
+
+int t_finish(void)
+{
+	fflush(stdout);
+	return atomic_load(&failed) ? T_FAIL : T_PASS;
+}
+
+void t_fatal(const char *fmt, ...)
+{
+	int err = errno;
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (err) {
+		printf("FATAL: %s: %s\n", msg, t_errname(err));
+		fflush(stdout);
+		fprintf(stderr, "FATAL: %s: %s\n", msg, strerror(err));
+	} else {
+		printf("FATAL: %s\n", msg);
+		fflush(stdout);
+		fprintf(stderr, "FATAL: %s\n", msg);
+	}
+	exit(T_FAIL);
+}
+
+void t_skip(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "SKIP: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	exit(T_SKIP);
+}
+
+bool t_expect(bool ok, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (ok) {
+		printf("%s\n", msg);
+	} else {
+		printf("FAIL: %s\n", msg);
+		fprintf(stderr, "FAIL: %s\n", msg);
+		atomic_store(&failed, true);
+	}
+	return ok;
+}
+
+const char *t_errname(int err)
+{
+	static _Thread_local char buf[32];
+	const char *name = strerrorname_np(err);
+
+	if (name)
+		return name;
+	snprintf(buf, sizeof(buf), "E#%d", err);
+	return buf;
+}
+
+void t_report(const char *label, long ret, int err)
+{
+	if (ret == -1)
+		printf("%s = -1 %s\n", label, t_errname(err));
+	else if (err != T_ERRNO_SENTINEL)
+		printf("%s = %ld (errno changed to %s on success)\n", label, ret,
+		       t_errname(err));
+	else
+		printf("%s = %ld\n", label, ret);
+}
+
+void t_report_fd(const char *label, long ret, int err)
+{
+	if (ret < 0 || err != T_ERRNO_SENTINEL) {
+		t_report(label, ret, err);
+		return;
+	}
+	printf("%s = fd\n", label);
+}
+
+void t_report_data(const char *label, long ret, int err, const void *buf)
+{
+	if (ret < 0 || err != T_ERRNO_SENTINEL) {
+		t_report(label, ret, err);
+		if (ret < 0)
+			return;
+	}
+	printf("%s = %ld \"%.*s\"\n", label, ret, (int)ret, (const char *)buf);
+}
+
+int t_socket(int family, int type)
+{
+	int fd = socket(family, type, 0);
+
+	if (fd < 0)
+		t_fatal("socket(%d, %#x)", family, type);
+	return fd;
+}
+
+void t_addr_make(struct t_addr *a, const char *ip, uint16_t port)
+{
+	memset(a, 0, sizeof(*a));
+	if (strchr(ip, ':')) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&a->ss;
+
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(port);
+		if (inet_pton(AF_INET6, ip, &s6->sin6_addr) != 1)
+			t_fatal("inet_pton(%s)", ip);
+		a->len = sizeof(*s6);
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&a->ss;
+
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons(port);
+		if (inet_pton(AF_INET, ip, &s4->sin_addr) != 1)
+			t_fatal("inet_pton(%s)", ip);
+		a->len = sizeof(*s4);
+	}
+}
+
+uint16_t t_addr_port(const struct t_addr *a)
+{
+	if (a->ss.ss_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)&a->ss)->sin6_port);
+	return ntohs(((const struct sockaddr_in *)&a->ss)->sin_port);
+}
+
+const char *t_addr_host(const struct t_addr *a, char *buf, size_t size)
+{
+	const void *src;
+
+	switch (a->ss.ss_family) {
+	case AF_INET:
+		src = &((const struct sockaddr_in *)&a->ss)->sin_addr;
+		break;
+	case AF_INET6:
+		src = &((const struct sockaddr_in6 *)&a->ss)->sin6_addr;
+		break;
+	default:
+		snprintf(buf, size, "<family %d>", a->ss.ss_family);
+		return buf;
+	}
+	if (!inet_ntop(a->ss.ss_family, src, buf, size))
+		snprintf(buf, size, "<inet_ntop failed>");
+	return buf;
+}
+
+bool t_addr_eq(const struct t_addr *a, const struct t_addr *b)
+{
+	if (a->ss.ss_family != b->ss.ss_family || a->len != b->len)
+		return false;
+	if (a->ss.ss_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)&a->ss;
+		const struct sockaddr_in *y = (const void *)&b->ss;
+
+		return x->sin_port == y->sin_port &&
+		       x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	if (a->ss.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const void *)&a->ss;
+		const struct sockaddr_in6 *y = (const void *)&b->ss;
+
+		return x->sin6_port == y->sin6_port &&
+		       x->sin6_scope_id == y->sin6_scope_id &&
+		       !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr));
+	}
+	return false;
+}
+
+struct t_addr t_sockname(int fd)
+{
+	struct t_addr a = { .len = sizeof(a.ss) };
+
+	if (getsockname(fd, (struct sockaddr *)&a.ss, &a.len) < 0)
+		t_fatal("getsockname(%d)", fd);
+	return a;
+}
+
+struct t_addr t_peername(int fd)
+{
+	struct t_addr a = { .len = sizeof(a.ss) };
+
+	if (getpeername(fd, (struct sockaddr *)&a.ss, &a.len) < 0)
+		t_fatal("getpeername(%d)", fd);
+	return a;
+}
+
+int t_listen_on(int family, const char *ip, int backlog, struct t_addr *bound)
+{
+	struct t_addr a;
+	int fd = t_socket(family, SOCK_STREAM | SOCK_CLOEXEC);
+
+	t_addr_make(&a, ip, 0);
+	if (a.ss.ss_family != family)
+		t_fatal("t_listen_on: %s is not of family %d", ip, family);
+	if (bind(fd, (struct sockaddr *)&a.ss, a.len) < 0)
+		t_fatal("bind(%s:0)", ip);
+	if (listen(fd, backlog) < 0)
+		t_fatal("listen(%s)", ip);
+	if (bound)
+		*bound = t_sockname(fd);
+	return fd;
+}
+
+int t_listen_loopback(int family, int backlog, struct t_addr *bound)
+{
+	return t_listen_on(family, family == AF_INET6 ? "::1" : "127.0.0.1",
+			   backlog, bound);
+}
+
+int t_connect(const struct t_addr *to)
+{
+	int fd = t_socket(to->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC);
+
+	if (connect(fd, (const struct sockaddr *)&to->ss, to->len) < 0)
+		t_fatal("connect");
+	return fd;
+}
+
+int t_accept(int lfd)
+{
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+
+	if (fd < 0)
+		t_fatal("accept");
+	return fd;
+}
+
+void t_pair(int family, int *client, int *server)
+{
+	struct t_addr a;
+	int lfd = t_listen_loopback(family, 1, &a);
+
+	*client = t_connect(&a);
+	*server = t_accept(lfd);
+	close(lfd);
+}
+
+void t_set_nonblock(int fd, bool on)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0)
+		t_fatal("fcntl(F_GETFL)");
+	fl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+	if (fcntl(fd, F_SETFL, fl) < 0)
+		t_fatal("fcntl(F_SETFL)");
+}
+
+bool t_is_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0)
+		t_fatal("fcntl(F_GETFL)");
+	return fl & O_NONBLOCK;
+}
+
+short t_poll1(int fd, short events, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	int n;
+
+	do
+		n = poll(&p, 1, timeout_ms);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		t_fatal("poll");
+	return n ? p.revents : 0;
+}
+
+const char *t_poll_str(short revents)
+{
+	static const struct {
+		short bit;
+		const char *name;
+	} names[] = {
+		{ POLLIN, "POLLIN" },	    { POLLPRI, "POLLPRI" },
+		{ POLLOUT, "POLLOUT" },	    { POLLERR, "POLLERR" },
+		{ POLLHUP, "POLLHUP" },	    { POLLNVAL, "POLLNVAL" },
+		{ POLLRDNORM, "POLLRDNORM" }, { POLLRDBAND, "POLLRDBAND" },
+		{ POLLWRNORM, "POLLWRNORM" }, { POLLWRBAND, "POLLWRBAND" },
+		{ POLLMSG, "POLLMSG" },	    { POLLRDHUP, "POLLRDHUP" },
+	};
+	static char buf[256];
+	size_t i;
+
+	buf[0] = '\0';
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!(revents & names[i].bit))
+			continue;
+		if (buf[0])
+			strcat(buf, "|");
+		strcat(buf, names[i].name);
+		revents &= ~names[i].bit;
+	}
+	if (revents)
+		snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "%s%#x",
+			 buf[0] ? "|" : "", (unsigned short)revents);
+	if (!buf[0])
+		strcpy(buf, "0");
+	return buf;
+}
+
+void t_wait_inq(int fd, int n)
+{
+	int64_t start = t_now_ns();
+	int avail = 0;
+
+	for (;;) {
+		if (ioctl(fd, FIONREAD, &avail) < 0)
+			t_fatal("ioctl(FIONREAD)");
+		if (avail >= n)
+			return;
+		if (t_elapsed_ms(start) > T_WAIT_MS) {
+			errno = 0;
+			t_fatal("waited %d ms for %d bytes, have %d", T_WAIT_MS,
+				n, avail);
+		}
+		// Any data at all wakes poll; then poll again at a short
+		// interval until the rest has arrived.
+		if (avail == 0)
+			t_poll1(fd, POLLIN, 100);
+		else
+			t_sleep_ms(1);
+	}
+}
+
+short t_wait_event(int fd, short events)
+{
+	short r = t_poll1(fd, events, T_WAIT_MS);
+
+	if (!r) {
+		errno = 0;
+		t_fatal("no %s within %d ms", t_poll_str(events), T_WAIT_MS);
+	}
+	return r;
+}
+
+void t_send_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			t_fatal("send(%zu)", n);
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+void t_recv_all(int fd, void *buf, size_t n)
+{
+	char *p = buf;
+
+	while (n) {
+		ssize_t r = recv(fd, p, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 0)
+			errno = 0;
+		if (r <= 0)
+			t_fatal("recv(%zu)%s", n, r == 0 ? ": early EOF" : "");
+		p += r;
+		n -= (size_t)r;
+	}
+}
+
+int64_t t_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void t_sleep_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000,
+			       .tv_nsec = (long)(ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+int64_t t_elapsed_ms(int64_t start_ns)
+{
+	return (t_now_ns() - start_ns) / 1000000;
+}
+
+static void on_sigpipe(int sig)
+{
+	(void)sig;
+	sigpipe_count++;
+}
+
+void t_count_sigpipe(void)
+{
+	struct sigaction sa = { .sa_handler = on_sigpipe };
+
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGPIPE, &sa, NULL) < 0)
+		t_fatal("sigaction(SIGPIPE)");
+}
+
+int t_sigpipes(void)
+{
+	return sigpipe_count;
+}
+
+void t_chan_open(struct t_chan *c)
+{
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		t_fatal("pipe2");
+	c->rd = p[0];
+	c->wr = p[1];
+}
+
+void t_chan_put(struct t_chan *c, uint32_t v)
+{
+	if (write(c->wr, &v, sizeof(v)) != (ssize_t)sizeof(v))
+		t_fatal("t_chan_put");
+}
+
+uint32_t t_chan_get(struct t_chan *c)
+{
+	uint32_t v;
+	ssize_t r;
+
+	do
+		r = read(c->rd, &v, sizeof(v));
+	while (r < 0 && errno == EINTR);
+	if (r != (ssize_t)sizeof(v)) {
+		if (r == 0)
+			errno = EPIPE;
+		t_fatal("t_chan_get");
+	}
+	return v;
+}
+
+pid_t t_fork(void)
+{
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		t_fatal("fork");
+	return pid;
+}
+
+int t_wait_child(pid_t pid)
+{
+	int st;
+
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			t_fatal("waitpid");
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	return 128 + WTERMSIG(st);
+}
+
+uint64_t t_mix64(uint64_t x)
+{
+	// splitmix64 finaliser
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return x;
+}
+
+uint64_t t_rand(uint64_t *state)
+{
+	*state += 0x9e3779b97f4a7c15ULL;
+	return t_mix64(*state);
+}
+
+static inline uint64_t stream_word(uint64_t seed, uint64_t i)
+{
+	return t_mix64(seed + i * 0x9e3779b97f4a7c15ULL);
+}
+
+void t_stream_fill(uint64_t seed, uint64_t off, void *buf, size_t n)
+{
+	unsigned char *p = buf;
+	uint64_t i = off / 8, w;
+	size_t skip = off % 8, take;
+
+	while (n) {
+		w = stream_word(seed, i++);
+		if (skip == 0 && n >= 8) {
+			memcpy(p, &w, 8);
+			p += 8;
+			n -= 8;
+			continue;
+		}
+		take = 8 - skip < n ? 8 - skip : n;
+		memcpy(p, (unsigned char *)&w + skip, take);
+		p += take;
+		n -= take;
+		skip = 0;
+	}
+}
+
+int64_t t_stream_check(uint64_t seed, uint64_t off, const void *buf, size_t n)
+{
+	const unsigned char *p = buf;
+	unsigned char tmp[4096];
+	size_t done = 0, k, j;
+
+	while (done < n) {
+		k = n - done < sizeof(tmp) ? n - done : sizeof(tmp);
+		t_stream_fill(seed, off + done, tmp, k);
+		if (memcmp(tmp, p + done, k)) {
+			for (j = 0; tmp[j] == p[done + j]; j++)
+				;
+			return (int64_t)(off + done + j);
+		}
+		done += k;
+	}
+	return -1;
+}
+
+uint64_t t_fnv1a(uint64_t h, const void *buf, size_t n)
+{
+	const unsigned char *p = buf;
+
+	while (n--) {
+		h ^= *p++;
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+uint64_t t_env_u64(const char *name, uint64_t dflt)
+{
+	const char *s = getenv(name);
+	char *end;
+	uint64_t v;
+
+	if (!s || !*s)
+		return dflt;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno)
+		t_fatal("%s=%s", name, s);
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case 'g': case 'G': v <<= 30; end++; break;
+	}
+	if (*end) {
+		errno = EINVAL;
+		t_fatal("%s=%s: expected a number with optional K/M/G", name, s);
+	}
+	return v;
+}

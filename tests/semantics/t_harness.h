@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: MIT
+// Helpers shared by the differential semantic tests: each program prints a
+// deterministic trace that must be byte-identical plain and under `shunt run`.
+#ifndef T_HARNESS_H
+#define T_HARNESS_H
+
+#include <errno.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+// Exit statuses, as in liburing's test/.
+enum t_exit {
+	T_PASS = 0,
+	T_FAIL = 1,
+	T_SKIP = 77,
+};
+
+// errno is set to this before every reported call, so that a wrapper that
+// writes errno on success shows up in the trace (the kernel path never does).
+enum { T_ERRNO_SENTINEL = 9999 };
+
+enum {
+	T_WAIT_MS = 5000, // upper bound for "the data should be there by now"
+};
+
+// An address together with its length, as returned by getsockname & co.
+struct t_addr {
+	struct sockaddr_storage ss;
+	socklen_t len;
+};
+
+// Process setup: stdout line buffered (so fork and _exit lose nothing and
+// never duplicate a line), SIGALRM watchdog armed for `watchdog_s` seconds.
+void t_start(unsigned watchdog_s);
+// (Re)arm the watchdog: when it fires the program prints FATAL and exits 1.
+void t_watchdog(unsigned seconds);
+// T_PASS, or T_FAIL if any t_expect() failed. Call as `return t_finish();`.
+int t_finish(void);
+// Print "FATAL: <msg>[: ERRNAME]" (the name of errno, if nonzero) on stdout
+// and stderr, exit T_FAIL.
+__attribute__((noreturn, format(printf, 1, 2))) void t_fatal(const char *fmt, ...);
+// Say why on stderr, exit T_SKIP.
+__attribute__((noreturn, format(printf, 1, 2))) void t_skip(const char *fmt, ...);
+// Print a property: the text when `ok`, "FAIL: <text>" (and remember the
+// failure) otherwise. Returns ok.
+__attribute__((format(printf, 2, 3))) bool t_expect(bool ok, const char *fmt, ...);
+
+// "EAGAIN" for EAGAIN; never NULL.
+const char *t_errname(int err);
+// Print "<label> = <ret>" or "<label> = -1 <ERRNAME>"; `err` is errno as
+// captured right after the call. A success that changed errno is flagged.
+void t_report(const char *label, long ret, int err);
+
+// Evaluate `expr` (a call returning -1/errno on failure), print it with
+// t_report, and yield its value.
+#define T_REPORT(label, expr)                                                 \
+	({                                                                    \
+		errno = T_ERRNO_SENTINEL;                                     \
+		long t_ret_ = (long)(expr);                                   \
+		int t_err_ = errno;                                           \
+		t_report((label), t_ret_, t_err_);                            \
+		errno = t_err_;                                               \
+		t_ret_;                                                       \
+	})
+
+// For calls returning a new fd: prints "<label> = fd" on success, since fd
+// numbers may legitimately differ (the library may hold descriptors).
+void t_report_fd(const char *label, long ret, int err);
+#define T_REPORT_FD(label, expr)                                              \
+	({                                                                    \
+		errno = T_ERRNO_SENTINEL;                                     \
+		long t_ret_ = (long)(expr);                                   \
+		int t_err_ = errno;                                           \
+		t_report_fd((label), t_ret_, t_err_);                         \
+		errno = t_err_;                                               \
+		t_ret_;                                                       \
+	})
+
+// Like t_report, and on success also the `ret` bytes of buf as text:
+// "<label> = <n> "<text>"". For reads of short ASCII messages.
+void t_report_data(const char *label, long ret, int err, const void *buf);
+#define T_REPORT_DATA(label, expr, buf)                                       \
+	({                                                                    \
+		errno = T_ERRNO_SENTINEL;                                     \
+		long t_ret_ = (long)(expr);                                   \
+		int t_err_ = errno;                                           \
+		t_report_data((label), t_ret_, t_err_, (buf));                \
+		errno = t_err_;                                               \
+		t_ret_;                                                       \
+	})
+
+// Sockets. All of these are fatal on failure: they set the scene, the
+// calls under test are made directly by the programs.
+int t_socket(int family, int type);
+// Fill `a` with ip:port; ip is a numeric IPv4 or IPv6 literal.
+void t_addr_make(struct t_addr *a, const char *ip, uint16_t port);
+uint16_t t_addr_port(const struct t_addr *a);
+// Numeric host part without the port, e.g. "127.0.0.1" or "::ffff:127.0.0.1".
+const char *t_addr_host(const struct t_addr *a, char *buf, size_t size);
+// Same family, address and port (and scope id for IPv6).
+bool t_addr_eq(const struct t_addr *a, const struct t_addr *b);
+struct t_addr t_sockname(int fd);
+struct t_addr t_peername(int fd);
+// Bind to ip:0 and listen; `bound` (may be NULL) gets the address from
+// getsockname, port included.
+int t_listen_on(int family, const char *ip, int backlog, struct t_addr *bound);
+// Listener on 127.0.0.1 or ::1, port 0.
+int t_listen_loopback(int family, int backlog, struct t_addr *bound);
+// New blocking socket connected to `to`.
+int t_connect(const struct t_addr *to);
+int t_accept(int lfd);
+// A connected pair over loopback: client end, server (accepted) end.
+void t_pair(int family, int *client, int *server);
+
+void t_set_nonblock(int fd, bool on);
+bool t_is_nonblock(int fd);
+// poll() one fd; returns revents, 0 on timeout.
+short t_poll1(int fd, short events, int timeout_ms);
+// "POLLIN|POLLOUT", "0" for none; static buffer, not thread safe.
+const char *t_poll_str(short revents);
+// Wait until FIONREAD on fd reports at least n bytes (fatal after T_WAIT_MS).
+void t_wait_inq(int fd, int n);
+// Wait until poll reports any of `events` (fatal after T_WAIT_MS).
+short t_wait_event(int fd, short events);
+
+void t_send_all(int fd, const void *buf, size_t n);
+// Read exactly n bytes; fatal on EOF or error.
+void t_recv_all(int fd, void *buf, size_t n);
+
+// Time.
+int64_t t_now_ns(void);
+void t_sleep_ms(unsigned ms);
+// elapsed in ms since `start_ns`.
+int64_t t_elapsed_ms(int64_t start_ns);
+
+// Signals: count SIGPIPE deliveries with a handler.
+void t_count_sigpipe(void);
+int t_sigpipes(void);
+
+// One-way pipe channel for sequencing threads or forked processes.
+struct t_chan {
+	int rd, wr;
+};
+void t_chan_open(struct t_chan *c);
+void t_chan_put(struct t_chan *c, uint32_t v);
+uint32_t t_chan_get(struct t_chan *c);
+// Fork; fatal on failure.
+pid_t t_fork(void);
+// Wait for a child and return its exit status (or 128+signal).
+int t_wait_child(pid_t pid);
+
+// Deterministic data. t_stream_* address a pseudo-random byte stream by
+// absolute offset, so any chunking of it can be produced and checked.
+uint64_t t_mix64(uint64_t x);
+uint64_t t_rand(uint64_t *state);
+void t_stream_fill(uint64_t seed, uint64_t off, void *buf, size_t n);
+// -1 if buf equals the stream at `off`, else the stream offset of the first
+// differing byte.
+int64_t t_stream_check(uint64_t seed, uint64_t off, const void *buf, size_t n);
+// FNV-1a, 64 bit; start with T_FNV_OFFSET.
+#define T_FNV_OFFSET 0xcbf29ce484222325ULL
+uint64_t t_fnv1a(uint64_t h, const void *buf, size_t n);
+
+// Unsigned number from the environment, with optional K/M/G suffix.
+uint64_t t_env_u64(const char *name, uint64_t dflt);
+
+#endif
