@@ -16,4 +16,5 @@ void shunt_ring_attach(struct shunt_ring *ring, struct shunt_circuit_hdr *hdr, u
 	ring->pos = atomic_load_explicit(producer ? &ring->ctl->tail : &ring->ctl->head,
 					 memory_order_acquire);
 	ring->seen = ring->pos;
+	ring->streamed = 0;
 }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/copy.h"
 #include "shunt/circuit.h"
 
 struct shunt_ring {
@@ -23,6 +24,7 @@ struct shunt_ring {
 	uint32_t size;			/* power of two, as shuntd sized it */
 	uint64_t pos;			/* ours: tail if we produce, head if we consume */
 	uint64_t seen;			/* last value read of the other side's index */
+	int streamed;			/* producer: streaming stores not yet fenced */
 };
 
 /* Attach to ring @r of a mapped circuit; @at_tail for the producer. */
@@ -72,17 +74,31 @@ static inline size_t shunt_ring_avail_cached(const struct shunt_ring *ring)
 	return (size_t)(ring->seen - ring->pos);
 }
 
-/* Copy @len bytes into the ring at @off past our tail (caller checked space). */
+/*
+ * Copy @len bytes into the ring at @off past our tail (caller checked
+ * space). Large copies stream past the cache (see copy.h); their stores are
+ * ordered before the tail by the fence in shunt_ring_publish.
+ */
 static inline void shunt_ring_put(struct shunt_ring *ring, size_t off, const void *src, size_t len)
 {
 	size_t at = (size_t)((ring->pos + off) & (ring->size - 1));
 	size_t first = ring->size - at;
 
+	if (len < SHUNT_COPY_STREAM_MIN) {
+		if (first >= len) {
+			memcpy(ring->data + at, src, len);
+		} else {
+			memcpy(ring->data + at, src, first);
+			memcpy(ring->data, (const uint8_t *)src + first, len - first);
+		}
+		return;
+	}
+	ring->streamed = 1;
 	if (first >= len) {
-		memcpy(ring->data + at, src, len);
+		shunt_copy_stream(ring->data + at, src, len);
 	} else {
-		memcpy(ring->data + at, src, first);
-		memcpy(ring->data, (const uint8_t *)src + first, len - first);
+		shunt_copy_stream(ring->data + at, src, first);
+		shunt_copy_stream(ring->data, (const uint8_t *)src + first, len - first);
 	}
 }
 
@@ -103,6 +119,11 @@ static inline void shunt_ring_get(const struct shunt_ring *ring, size_t off, voi
 /* Producer: make @len more bytes visible (release, pairs with shunt_ring_avail). */
 static inline void shunt_ring_publish(struct shunt_ring *ring, size_t len)
 {
+	/* Streaming stores are not ordered by release semantics: fence them. */
+	if (ring->streamed) {
+		shunt_copy_fence();
+		ring->streamed = 0;
+	}
 	ring->pos += len;
 	atomic_store_explicit(&ring->ctl->tail, ring->pos, memory_order_release);
 }
