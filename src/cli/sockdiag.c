@@ -64,7 +64,7 @@ static int dump_family(int nl, int family, struct tcp_entry **out, size_t *n, si
 				size_t alen = (size_t)RTA_PAYLOAD(a);
 
 				memcpy(&ti, RTA_DATA(a), alen < sizeof(ti) ? alen : sizeof(ti));
-				e.bytes_acked = ti.tcpi_bytes_acked;
+				e.bytes_sent = ti.tcpi_bytes_sent;
 				e.bytes_received = ti.tcpi_bytes_received;
 			}
 			if (*n == *cap) {

@@ -12,7 +12,7 @@ struct tcp_entry {
 	uint64_t inode;
 	uint8_t state;			/* TCP_ESTABLISHED ... from <netinet/tcp.h> */
 	struct shunt_wire_addr local, remote;
-	uint64_t bytes_acked;		/* sent and acknowledged */
+	uint64_t bytes_sent;		/* sent (tcpi_bytes_sent, retransmissions aside on loopback) */
 	uint64_t bytes_received;
 };
 

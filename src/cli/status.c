@@ -226,7 +226,7 @@ static void print_text(struct view *v)
 		printf("%-9s %-12s %-22s %-22s %-22s %-22s %12llu %12llu\n", "kernel",
 		       tcp_state(k->e.state), pa, shunt_addr_format(&k->e.local, a, sizeof(a)), pb,
 		       shunt_addr_format(&k->e.remote, b, sizeof(b)),
-		       (unsigned long long)k->e.bytes_acked, (unsigned long long)k->e.bytes_received);
+		       (unsigned long long)k->e.bytes_sent, (unsigned long long)k->e.bytes_received);
 	}
 	printf("\n%-22s %-30s %8s %8s\n", "LISTENER", "ADDRESS", "BACKLOG", "QUEUED");
 	for (size_t i = 0; i < v->nlisteners; i++) {
@@ -314,7 +314,7 @@ static void print_json(struct view *v)
 		printf(",\"remote\":");
 		json_addr(&c->e.remote);
 		printf(",\"bytes_sent\":%llu,\"bytes_received\":%llu}",
-		       (unsigned long long)c->e.bytes_acked, (unsigned long long)c->e.bytes_received);
+		       (unsigned long long)c->e.bytes_sent, (unsigned long long)c->e.bytes_received);
 	}
 	printf("],\"totals\":{\"circuits_total\":%llu,\"sessions_total\":%llu,"
 	       "\"kernel_fallbacks\":%llu}}\n",
