@@ -60,6 +60,7 @@ struct pp_args {
 	const char *path;
 	const char *ready_file;
 	uint64_t connect_timeout_ns;
+	uint64_t gap_ns;	/* rtt client: idle this long before each round trip */
 };
 
 static struct shunt_bench_id result_id(const struct pp_args *a)
@@ -344,6 +345,14 @@ static void client_rtt(const struct pp_args *a, int fd)
 
 	t_start = prev = shunt_bench_now_ns();
 	while (n < cap) {
+		if (a->gap_ns) {
+			/* Let the server fall asleep: the round trip then includes its wake-up. */
+			struct timespec ts = { (time_t)(a->gap_ns / 1000000000),
+					       (long)(a->gap_ns % 1000000000) };
+
+			nanosleep(&ts, NULL);
+			prev = shunt_bench_now_ns();
+		}
 		one_rtt(fd, out, in, o->size, seq++);
 		now = shunt_bench_now_ns();
 		d = now - prev;
@@ -446,6 +455,8 @@ static void usage(FILE *f)
 "  --cpu N                pin to this CPU (default: not pinned)\n"
 "  --connect-timeout SEC  client: retry connect this long (default 10)\n"
 "  --ready-file PATH      server: create PATH once listen() has returned\n"
+"  --gap-us N             rtt client: sleep N us before each round trip, so the\n"
+"                         server is asleep when the request arrives\n"
 "Prints one JSON object on stdout.\n");
 }
 
@@ -504,6 +515,8 @@ static void parse_args(struct pp_args *a, int argc, char **argv)
 			a->path = argv[++i];
 		} else if (!strcmp(opt, "--ready-file")) {
 			a->ready_file = argv[++i];
+		} else if (!strcmp(opt, "--gap-us")) {
+			a->gap_ns = strtoull(argv[++i], NULL, 10) * 1000;
 		} else if (!strcmp(opt, "--connect-timeout")) {
 			double v = strtod(argv[++i], &end);
 
