@@ -180,9 +180,15 @@ class ShuntSession:
         self.socket = str(self.dir / "shuntd.sock")
         self._runs = 0
 
+    @property
+    def daemon_log(self):
+        """Where daemons `shunt run` starts for this session write their stderr."""
+        return self.dir / "shuntd.log"
+
     def env(self, stats_path=None):
         env = plain_env()
         env["SHUNT_SOCKET"] = self.socket
+        env["SHUNT_DAEMON_LOG"] = str(self.daemon_log)
         if stats_path is not None:
             env["SHUNT_STATS"] = str(stats_path)
         return env
@@ -231,3 +237,10 @@ def shunt_session(tmp_path_factory):
     session = ShuntSession(d)
     yield session
     session.stop_daemons()
+    # A sanitizer build of shuntd reports there; the clients would merely
+    # have fallen back to the kernel, so look for it explicitly.
+    if session.daemon_log.exists():
+        log = session.daemon_log.read_text(errors="replace")
+        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+            if marker in log:
+                pytest.fail(f"shuntd reported a sanitizer error:\n{log[-4000:]}", pytrace=False)
