@@ -103,6 +103,17 @@ bool shunt_addr_same_ip(const struct shunt_wire_addr *a, const struct shunt_wire
 	       !memcmp(a->addr, b->addr, a->family == AF_INET ? 4 : 16);
 }
 
+void shunt_addr_set_loopback(struct shunt_wire_addr *w)
+{
+	memset(w->addr, 0, sizeof(w->addr));
+	if (w->family == AF_INET) {
+		w->addr[0] = 127;
+		w->addr[3] = 1;
+	} else {
+		w->addr[15] = 1;
+	}
+}
+
 void shunt_addr_unmap(struct shunt_wire_addr *w)
 {
 	if (!shunt_addr_is_v4mapped(w))

@@ -25,6 +25,9 @@ bool shunt_addr_is_loopback(const struct shunt_wire_addr *w);
 bool shunt_addr_is_v4mapped(const struct shunt_wire_addr *w);
 bool shunt_addr_same_ip(const struct shunt_wire_addr *a, const struct shunt_wire_addr *b);
 
+/* Make @w the loopback address of its family (127.0.0.1 or ::1), port kept. */
+void shunt_addr_set_loopback(struct shunt_wire_addr *w);
+
 /* ::ffff:a.b.c.d becomes a.b.c.d (AF_INET); anything else is left alone. */
 void shunt_addr_unmap(struct shunt_wire_addr *w);
 

@@ -5,7 +5,6 @@
  * counters), and buried when both ends are closed or their processes gone.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,14 +23,11 @@ struct circuit *shuntd_circuit_create(struct shuntd *d, uint32_t ring_size)
 
 	if (!c)
 		return NULL;
-	/*
-	 * Sealed so neither end can shrink it under the other (a SIGBUS there),
-	 * and never named, so no one else can open it.
-	 */
-	c->memfd = memfd_create("shunt-circuit", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (c->memfd < 0 || ftruncate(c->memfd, (off_t)size) < 0 ||
-	    fcntl(c->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+	c->memfd = shuntd_memfd_sealed("shunt-circuit", size);
+	if (c->memfd < 0) {
+		errno = -c->memfd;
 		goto fail;
+	}
 	c->hdr = mmap(NULL, SHUNT_CIRCUIT_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
 	if (c->hdr == MAP_FAILED)
 		goto fail;

@@ -30,14 +30,8 @@ static void set_addresses(struct circuit *c, const struct shunt_wire_addr *clien
 	struct shunt_wire_addr reached = *dst, from = *client;
 
 	shunt_addr_unmap(&reached);
-	if (shunt_addr_is_any(&reached)) {
-		if (reached.family == AF_INET) {
-			reached.addr[0] = 127;
-			reached.addr[3] = 1;
-		} else {
-			reached.addr[15] = 1;
-		}
-	}
+	if (shunt_addr_is_any(&reached))
+		shunt_addr_set_loopback(&reached);
 	c->local[SHUNT_END_CONNECTOR] = *client;
 	c->peer[SHUNT_END_CONNECTOR] = *dst;
 	if (shunt_addr_is_any(dst)) {
@@ -68,15 +62,8 @@ static struct shunt_wire_addr source_for(const struct shunt_wire_addr *dst, int 
 	struct shunt_wire_addr src = *dst;
 
 	shunt_addr_unmap(&src);
-	if (shunt_addr_is_any(&src) || shunt_addr_is_loopback(&src)) {
-		memset(src.addr, 0, sizeof(src.addr));
-		if (src.family == AF_INET) {
-			src.addr[0] = 127;
-			src.addr[3] = 1;
-		} else {
-			src.addr[15] = 1;
-		}
-	}
+	if (shunt_addr_is_any(&src) || shunt_addr_is_loopback(&src))
+		shunt_addr_set_loopback(&src);
 	if (family == AF_INET6)
 		shunt_addr_map_v6(&src);
 	src.port = 0;

@@ -9,7 +9,6 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 #include "common/log.h"
 #include "daemon/shuntd.h"
@@ -30,13 +29,14 @@ static struct link *link_create(struct shuntd *d, struct session *a, struct sess
 
 	if (!l)
 		return NULL;
-	l->memfd = memfd_create("shunt-link", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	l->memfd = shuntd_memfd_sealed("shunt-link", size);
 	l->efd[0] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	l->efd[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (l->memfd < 0 || l->efd[0] < 0 || l->efd[1] < 0 ||
-	    ftruncate(l->memfd, (off_t)size) < 0 ||
-	    fcntl(l->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+	if (l->memfd < 0 || l->efd[0] < 0 || l->efd[1] < 0) {
+		if (l->memfd < 0)
+			errno = -l->memfd;
 		goto fail;
+	}
 	l->hdr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, l->memfd, 0);
 	if (l->hdr == MAP_FAILED)
 		goto fail;

@@ -207,14 +207,8 @@ struct listener *shuntd_listener_match(struct shuntd *d, uint64_t netns,
 	/* An IPv6 socket connecting to ::ffff:a.b.c.d makes an IPv4 connection. */
 	shunt_addr_unmap(&dst);
 	/* connect() to the wildcard address reaches the local host. */
-	if (shunt_addr_is_any(&dst)) {
-		if (dst.family == AF_INET) {
-			dst.addr[0] = 127;
-			dst.addr[3] = 1;
-		} else {
-			dst.addr[15] = 1;
-		}
-	}
+	if (shunt_addr_is_any(&dst))
+		shunt_addr_set_loopback(&dst);
 	if (!is_local(d, netns, &dst))
 		return NULL;
 	while ((l = shunt_map_next(&d->listeners, &it, &key))) {

@@ -9,6 +9,7 @@
 #define SHUNTD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -165,6 +166,9 @@ int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c,
 int shuntd_companion_seqs(struct circuit *c);
 int shuntd_companion_connector(struct circuit *c, int fd);
 int shuntd_companion_acceptor(struct circuit *c, int domain);
+
+/* shm.c: a sealed, anonymous memfd of @size bytes, or -errno */
+int shuntd_memfd_sealed(const char *name, size_t size);
 
 /* link.c */
 struct link *shuntd_link_get(struct shuntd *d, struct session *a, struct session *b);

@@ -33,23 +33,34 @@ struct iov_cursor {
 	size_t off;
 };
 
+/* How much of the current iovec to take, at most @want; its bytes at *@at. */
+static size_t cursor_take(struct iov_cursor *cur, size_t want, char **at)
+{
+	size_t n = cur->iov->iov_len - cur->off;
+
+	*at = (char *)cur->iov->iov_base + cur->off;
+	return n < want ? n : want;
+}
+
+/* Move past @n bytes taken from the current iovec. */
+static void cursor_advance(struct iov_cursor *cur, size_t n)
+{
+	cur->off += n;
+	if (cur->off == cur->iov->iov_len) {
+		cur->iov++;
+		cur->cnt--;
+		cur->off = 0;
+	}
+}
+
 static void copy_to_ring(struct shunt_ring *r, struct iov_cursor *cur, size_t len)
 {
-	size_t done = 0;
+	for (size_t done = 0, n; done < len; done += n) {
+		char *at;
 
-	while (done < len) {
-		size_t n = cur->iov->iov_len - cur->off;
-
-		if (n > len - done)
-			n = len - done;
-		shunt_ring_put(r, done, (const char *)cur->iov->iov_base + cur->off, n);
-		done += n;
-		cur->off += n;
-		if (cur->off == cur->iov->iov_len) {
-			cur->iov++;
-			cur->cnt--;
-			cur->off = 0;
-		}
+		n = cursor_take(cur, len - done, &at);
+		shunt_ring_put(r, done, at, n);
+		cursor_advance(cur, n);
 	}
 }
 
@@ -57,21 +68,12 @@ static void copy_to_ring(struct shunt_ring *r, struct iov_cursor *cur, size_t le
 static void copy_from_ring(struct shunt_ring *r, size_t ring_off, struct iov_cursor *cur,
 			   size_t len)
 {
-	size_t done = 0;
+	for (size_t done = 0, n; done < len; done += n) {
+		char *at;
 
-	while (done < len) {
-		size_t n = cur->iov->iov_len - cur->off;
-
-		if (n > len - done)
-			n = len - done;
-		shunt_ring_get(r, ring_off + done, (char *)cur->iov->iov_base + cur->off, n);
-		done += n;
-		cur->off += n;
-		if (cur->off == cur->iov->iov_len) {
-			cur->iov++;
-			cur->cnt--;
-			cur->off = 0;
-		}
+		n = cursor_take(cur, len - done, &at);
+		shunt_ring_get(r, ring_off + done, at, n);
+		cursor_advance(cur, n);
 	}
 }
 

@@ -236,34 +236,35 @@ static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 	return 0;
 }
 
+/* Send @req with socket @fd; a circuit reply is unpacked into @g. */
+static int request_circuit(void *req, int fd, struct shunt_grant *g)
+{
+	_Alignas(8) char reply[SHUNT_MSG_MAX];
+	int rfds[SHUNT_MSG_MAX_FDS];
+	unsigned n = 0;
+	int r = request(req, &fd, 1, reply, rfds, &n);
+
+	return take_grant(r, reply, rfds, n, g);
+}
+
 int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 		      struct shunt_grant *g)
 {
 	struct shunt_msg_connect m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	int rfds[SHUNT_MSG_MAX_FDS];
-	unsigned n = 0;
-	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_CONNECT, sizeof(m), 0);
 	m.dst = *dst;
 	m.flags = flags;
-	r = request(&m, &fd, 1, reply, rfds, &n);
-	return take_grant(r, reply, rfds, n, g);
+	return request_circuit(&m, fd, g);
 }
 
 int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 {
 	struct shunt_msg_accept m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	int rfds[SHUNT_MSG_MAX_FDS];
-	unsigned n = 0;
-	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_ACCEPT, sizeof(m), 0);
 	m.listener = listener;
-	r = request(&m, &fd, 1, reply, rfds, &n);
-	return take_grant(r, reply, rfds, n, g);
+	return request_circuit(&m, fd, g);
 }
 
 void shunt_ctl_close(uint64_t circuit, unsigned end)

@@ -62,6 +62,16 @@ void shunt_sock_retire_conn(struct shunt_sock *s, bool abort)
 	s->conn = NULL;
 }
 
+void shunt_sock_drop_listener(struct shunt_sock *s)
+{
+	if (s->listener)
+		shunt_ctl_unlisten(s->listener);
+	if (s->doorbell >= 0)
+		shunt_close_hidden(s->doorbell);
+	s->listener = 0;
+	s->doorbell = -1;
+}
+
 static void release(struct shunt_sock *s)
 {
 	if (s->conn) {
@@ -74,12 +84,7 @@ static void release(struct shunt_sock *s)
 		s->retired = c->retired_next;
 		shunt_conn_free(c);
 	}
-	if (s->listener)
-		shunt_ctl_unlisten(s->listener);
-	if (s->doorbell >= 0)
-		shunt_close_hidden(s->doorbell);
-	s->listener = 0;
-	s->doorbell = -1;
+	shunt_sock_drop_listener(s);
 }
 
 void shunt_sock_put(struct shunt_sock *s)

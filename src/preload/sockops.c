@@ -425,12 +425,7 @@ int shunt_op_getpeername(struct shunt_sock *s, int fd, struct sockaddr *addr, so
 static void forget_listener(struct shunt_sock *s)
 {
 	pthread_mutex_lock(&s->lock);
-	if (s->listener)
-		shunt_ctl_unlisten(s->listener);
-	if (s->doorbell >= 0)
-		shunt_close_hidden(s->doorbell);
-	s->listener = 0;
-	s->doorbell = -1;
+	shunt_sock_drop_listener(s);
 	atomic_store_explicit(&s->state, SHUNT_SOCK_FRESH, memory_order_release);
 	pthread_mutex_unlock(&s->lock);
 }
