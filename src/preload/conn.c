@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "preload/conn.h"
 #include "preload/control.h"
+#include "preload/notice.h"
 #include "preload/plink.h"
 #include "preload/stats.h"
 #include "preload/util.h"
@@ -110,6 +111,12 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 	unsigned side = g->msg.link_side;
 	int r;
 
+	/* Without the hub nobody here could sleep on this circuit: refuse it. */
+	if (shunt_notice_hub() < 0) {
+		shunt_grant_discard(g);
+		*err = -EMFILE;
+		return NULL;
+	}
 	r = shunt_circuit_map(g->memfd, g->msg.ring_size, &hdr);
 	if (r < 0) {
 		shunt_warn("cannot map circuit %llu: %s", (unsigned long long)g->msg.circuit,
@@ -141,6 +148,8 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 	c->me = &hdr->end[c->end];
 	c->peer = &hdr->end[c->end ^ 1];
 	c->link = link;
+	c->link_side = side;
+	c->slot = g->msg.slot;
 	c->wake_peer = (struct shunt_wake_target){
 		.end = c->peer, .link = &link->hdr->side[side ^ 1],
 		.slot = g->msg.slot, .efd = link->efd[side ^ 1],
@@ -223,6 +232,7 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 		publish_state(c, SHUNT_END_CLOSED | SHUNT_END_RESET);
 	else
 		publish_state(c, SHUNT_END_CLOSED | SHUNT_END_WR_SHUT);
+	shunt_notice_unbind(c);
 	shunt_ctl_close(c->circuit, c->end);
 	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
 	atomic_fetch_add(&shunt_stats.shm_rx_bytes, shunt_conn_rx_bytes(c));

@@ -29,6 +29,9 @@ struct shunt_conn {
 	uint64_t circuit;
 	struct shunt_circuit_end *me, *peer;
 	struct shunt_plink *link;
+	unsigned link_side;		/* our side of the link */
+	uint32_t slot;			/* the circuit's slot in the link */
+	struct shunt_sock *owner;	/* under shunt_notice_lock: who notices go to */
 	struct shunt_wake_target wake_peer;	/* to wake the other end's owner */
 	struct shunt_wake_target wake_self;	/* to wake our own waiters */
 	struct shunt_wire_addr local, remote;

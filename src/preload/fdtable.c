@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * The fd table. Sockets are type-stable (sock.c never frees their memory),
- * so a reader may load a slot and then take a reference without a lock: if
- * the object was closed and reused meanwhile, the re-check of the slot
- * catches it (the pattern of the kernel's SLAB_TYPESAFE_BY_RCU).
+ * The fd table. Files are type-stable (their pools never free memory), so a
+ * reader may load a slot and then take a reference without a lock: if the
+ * object was closed and reused meanwhile, the re-check of the slot catches
+ * it (the pattern of the kernel's SLAB_TYPESAFE_BY_RCU).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,12 +16,12 @@
 
 #include "common/log.h"
 #include "preload/fdtable.h"
-#include "preload/sock.h"
+#include "preload/file.h"
 
-/* A slot holds NULL, a socket, or HIDDEN for one of the library's own descriptors. */
-#define HIDDEN ((struct shunt_sock *)1)
+/* A slot holds NULL, a file, or HIDDEN for one of the library's own descriptors. */
+#define HIDDEN ((struct shunt_file *)1)
 
-static _Atomic(struct shunt_sock *) *table;
+static _Atomic(struct shunt_file *) *table;
 static size_t table_size;
 
 /* The kernel never hands out a descriptor at or above fs.nr_open. */
@@ -70,9 +70,9 @@ int shunt_fdt_is_ours(int fd)
 {
 	if ((size_t)fd >= table_size)
 		return 0;
-	struct shunt_sock *s = atomic_load_explicit(&table[fd], memory_order_relaxed);
+	struct shunt_file *f = atomic_load_explicit(&table[fd], memory_order_relaxed);
 
-	return s && s != HIDDEN;
+	return f && f != HIDDEN;
 }
 
 int shunt_fdt_is_hidden(int fd)
@@ -88,47 +88,68 @@ void shunt_fdt_mark_hidden(int fd, int hidden)
 	atomic_store_explicit(&table[fd], hidden ? HIDDEN : NULL, memory_order_relaxed);
 }
 
-struct shunt_sock *shunt_fdt_get(int fd)
+struct shunt_file *shunt_fdt_get_file(int fd)
 {
-	struct shunt_sock *s;
+	struct shunt_file *f;
 
 	if ((size_t)fd >= table_size)
 		return NULL;
 	for (;;) {
 		/* Acquire pairs with the release in shunt_fdt_set. */
-		s = atomic_load_explicit(&table[fd], memory_order_acquire);
-		if (!s || s == HIDDEN)
+		f = atomic_load_explicit(&table[fd], memory_order_acquire);
+		if (!f || f == HIDDEN)
 			return NULL;
-		if (!shunt_sock_tryget(s))
+		if (!shunt_file_tryget(f))
 			continue;
-		if (atomic_load_explicit(&table[fd], memory_order_acquire) == s)
-			return s;
-		shunt_sock_put(s);
+		if (atomic_load_explicit(&table[fd], memory_order_acquire) == f)
+			return f;
+		shunt_file_put(f);
 	}
 }
 
-struct shunt_sock *shunt_fdt_set(int fd, struct shunt_sock *sock)
+static struct shunt_file *get_kind(int fd, int kind)
 {
-	struct shunt_sock *old;
+	struct shunt_file *f = shunt_fdt_get_file(fd);
+
+	if (f && f->kind != kind) {
+		shunt_file_put(f);
+		f = NULL;
+	}
+	return f;
+}
+
+struct shunt_sock *shunt_fdt_get(int fd)
+{
+	return (struct shunt_sock *)get_kind(fd, SHUNT_FILE_SOCK);
+}
+
+struct shunt_epoll *shunt_fdt_get_epoll(int fd)
+{
+	return (struct shunt_epoll *)get_kind(fd, SHUNT_FILE_EPOLL);
+}
+
+struct shunt_file *shunt_fdt_set(int fd, struct shunt_file *f)
+{
+	struct shunt_file *old;
 
 	if ((size_t)fd >= table_size)
 		return NULL;
-	shunt_sock_ref(sock);
-	old = atomic_exchange_explicit(&table[fd], sock, memory_order_acq_rel);
+	shunt_file_ref(f);
+	old = atomic_exchange_explicit(&table[fd], f, memory_order_acq_rel);
 	return old == HIDDEN ? NULL : old;
 }
 
-struct shunt_sock *shunt_fdt_take(int fd)
+struct shunt_file *shunt_fdt_take(int fd)
 {
-	struct shunt_sock *s;
+	struct shunt_file *f;
 
 	if ((size_t)fd >= table_size)
 		return NULL;
-	s = atomic_load_explicit(&table[fd], memory_order_relaxed);
-	if (!s || s == HIDDEN)
+	f = atomic_load_explicit(&table[fd], memory_order_relaxed);
+	if (!f || f == HIDDEN)
 		return NULL;
-	/* Only the socket it holds: a concurrent set is the kernel's race too. */
-	if (!atomic_compare_exchange_strong(&table[fd], &s, NULL))
+	/* Only the file it holds: a concurrent set is the kernel's race too. */
+	if (!atomic_compare_exchange_strong(&table[fd], &f, NULL))
 		return NULL;
-	return s;
+	return f;
 }

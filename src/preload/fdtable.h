@@ -10,30 +10,38 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+struct shunt_epoll;
+struct shunt_file;
 struct shunt_sock;
 
 /* Set up the table for the process's descriptor limit (once, at start). */
 int shunt_fdt_init(void);
 
 /*
- * The socket behind @fd with a reference taken, or NULL if @fd is not a
- * shunt socket. The reference keeps the object alive while another thread
+ * The object behind @fd with a reference taken, or NULL if the library does
+ * not manage @fd. The reference keeps the object alive while another thread
  * closes the descriptor, as the kernel's file reference does; drop it with
- * shunt_sock_put().
+ * shunt_file_put().
  */
+struct shunt_file *shunt_fdt_get_file(int fd);
+
+/* The same for a socket only (NULL for anything else); drop with shunt_sock_put(). */
 struct shunt_sock *shunt_fdt_get(int fd);
+
+/* The same for an epoll instance only. */
+struct shunt_epoll *shunt_fdt_get_epoll(int fd);
 
 /* Whether @fd is a shunt socket, without taking a reference. */
 int shunt_fdt_is_ours(int fd);
 
 /*
- * Make @fd refer to @sock (taking a reference for the table), replacing and
+ * Make @fd refer to @f (taking a reference for the table), replacing and
  * returning whatever was there (whose table reference passes to the caller).
  */
-struct shunt_sock *shunt_fdt_set(int fd, struct shunt_sock *sock);
+struct shunt_file *shunt_fdt_set(int fd, struct shunt_file *f);
 
-/* Forget @fd; returns the socket it referred to (with the table's reference). */
-struct shunt_sock *shunt_fdt_take(int fd);
+/* Forget @fd; returns what it referred to (with the table's reference). */
+struct shunt_file *shunt_fdt_take(int fd);
 
 /*
  * The library's own descriptors (control socket, eventfds) are marked so the

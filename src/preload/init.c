@@ -13,6 +13,7 @@
 #include "preload/fdtable.h"
 #include "preload/init.h"
 #include "preload/libc.h"
+#include "preload/notice.h"
 #include "preload/ops.h"
 #include "preload/stats.h"
 #include "preload/wait.h"
@@ -29,7 +30,7 @@ bool shunt_enabled(void)
 static void after_fork_child(void)
 {
 	shunt_ctl_after_fork();
-	shunt_poll_after_fork();
+	shunt_notice_after_fork();
 }
 
 static void init(void)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "preload/conn.h"
+#include "preload/epoll.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
@@ -47,6 +48,9 @@ static int await_connected(struct shunt_sock *s, bool nonblock, int64_t timeout_
 
 	if (st == SHUNT_SOCK_FRESH) {
 		r = atomic_exchange(&s->so_error, 0);
+		/* Reported: from now on the kernel half answers, epoll included. */
+		if (r)
+			shunt_epoll_sock_moved(s);
 		return r ? -r : -ENOTCONN;
 	}
 	if (st != SHUNT_SOCK_CONNECTING)

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -59,7 +60,13 @@
 	X(int, dup3, (int, int, int)) \
 	X(ssize_t, sendfile, (int, int, off_t *, size_t)) \
 	X(ssize_t, sendfile64, (int, int, off_t *, size_t)) \
-	X(ssize_t, splice, (int, loff_t *, int, loff_t *, size_t, unsigned int))
+	X(ssize_t, splice, (int, loff_t *, int, loff_t *, size_t, unsigned int)) \
+	X(int, epoll_create, (int)) \
+	X(int, epoll_create1, (int)) \
+	X(int, epoll_ctl, (int, int, int, struct epoll_event *)) \
+	X(int, epoll_wait, (int, struct epoll_event *, int, int)) \
+	X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *)) \
+	X(int, epoll_pwait2, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *))
 
 #define SHUNT_LIBC_POINTER(ret, name, args) ret (*name) args;
 struct shunt_libc {

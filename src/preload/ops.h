@@ -72,9 +72,8 @@ int shunt_op_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int64_t timeou
 		    const sigset_t *mask, int64_t *left_ns);
 /* Whether any of @n descriptors is a shunt socket (else plain libc is exact). */
 bool shunt_poll_has_ours(const struct pollfd *fds, nfds_t n);
-/* The poll(2) mask of one shunt socket. */
-unsigned shunt_op_poll_mask(struct shunt_sock *s);
-void shunt_poll_after_fork(void);
+/* The poll(2) mask of shunt socket @s open as @fd (kernel half asked if need be). */
+unsigned shunt_sock_poll_mask(struct shunt_sock *s, int fd);
 
 /* addresses handed back to the application, with the kernel's truncation rules */
 int shunt_copy_addr(const struct shunt_wire_addr *w, struct sockaddr *out, socklen_t *outlen);

@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 
 #include "preload/conn.h"
+#include "preload/epoll.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
@@ -145,6 +146,8 @@ int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void 
 	if (level == SOL_SOCKET && name == SO_ERROR) {
 		int err = atomic_exchange(&s->so_error, 0);
 
+		if (err)
+			shunt_epoll_sock_moved(s);
 		if (!err && st == SHUNT_SOCK_CONNECTED)
 			err = shunt_conn_take_error(s->conn);
 		if (err || circuit)

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "preload/control.h"
+#include "preload/notice.h"
 #include "preload/plink.h"
 #include "preload/util.h"
 
@@ -64,7 +65,6 @@ static struct shunt_plink *install_locked(struct shunt_grant *g)
 	l->efd[side] = shunt_fd_hide(g->link_efd_mine);
 	l->efd[side ^ 1] = shunt_fd_hide(g->link_efd_peer);
 	g->link_memfd = g->link_efd_mine = g->link_efd_peer = -1;
-	l->mine[side] = true;
 	links[atomic_load_explicit(&nlinks, memory_order_relaxed)] = l;
 	atomic_fetch_add_explicit(&nlinks, 1, memory_order_release);
 	return l;
@@ -78,9 +78,11 @@ struct shunt_plink *shunt_plink_attach(struct shunt_grant *g)
 	l = find_locked(g->msg.link);
 	if (!l && g->link_memfd >= 0)
 		l = install_locked(g);
-	/* A link we already know that comes with a circuit for our other side. */
-	if (l)
-		l->mine[g->msg.link_side] = true;
+	/* New, or a link we know that comes with a circuit for our other side. */
+	if (l && !atomic_load(&l->mine[g->msg.link_side])) {
+		shunt_notice_add_link(l, g->msg.link_side);
+		atomic_store(&l->mine[g->msg.link_side], true);
+	}
 	pthread_mutex_unlock(&links_lock);
 	if (!l)
 		shunt_warn("circuit %llu names link %llu that we cannot map",

@@ -12,14 +12,21 @@
 
 #include "shunt/link.h"
 
+struct shunt_conn;
 struct shunt_grant;
+
+enum {
+	SHUNT_PLINK_CHUNK = 1024,	/* slot table entries allocated together */
+	SHUNT_PLINK_CHUNKS = SHUNT_LINK_SLOTS / SHUNT_PLINK_CHUNK,
+};
 
 struct shunt_plink {
 	uint64_t id;
 	struct shunt_link_hdr *hdr;
 	int efd[2];			/* side i sleeps on efd[i] (hidden descriptors) */
 	_Atomic bool mine[2];		/* the sides this process is (only ever set) */
-	struct shunt_plink *next;	/* under the links lock; never removed */
+	/* Under shunt_notice_lock: the connection holding each slot of our sides. */
+	struct shunt_conn **slots[2][SHUNT_PLINK_CHUNKS];
 };
 
 /*

@@ -1,100 +1,26 @@
 // SPDX-License-Identifier: MIT
 /*
- * poll, ppoll, select and pselect over shunt sockets and kernel descriptors
- * together. Shunt sockets are checked in user space, kernel descriptors
- * with a zero-timeout ppoll; after a short spin the thread sleeps in one
- * ppoll on the kernel descriptors plus its own epoll instance, in which the
- * link eventfds of this process are registered edge-triggered: every notice
- * wakes every sleeping thread, and no thread ever resets another's.
+ * poll, ppoll, select and pselect over shunt sockets, shunt epoll instances
+ * and kernel descriptors together. Circuits are checked in user space,
+ * kernel descriptors with a zero-timeout ppoll; after a short spin the
+ * thread sleeps in one ppoll on the kernel descriptors plus the notice hub,
+ * after arming the circuits so that their peers post notices.
  */
 #include <errno.h>
-#include <limits.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <sys/syscall.h>
 
 #include "preload/conn.h"
+#include "preload/epoll.h"
 #include "preload/fdtable.h"
+#include "preload/file.h"
 #include "preload/libc.h"
+#include "preload/notice.h"
 #include "preload/ops.h"
-#include "preload/plink.h"
 #include "preload/sock.h"
 #include "preload/util.h"
 #include "preload/wait.h"
-
-/* This thread's epoll instance of link eventfds, and which sides are in it. */
-struct thread_waiter {
-	int epfd;
-	unsigned char sides[4096];	/* bit s: side s of link i registered */
-};
-
-static pthread_key_t waiter_key;
-static pthread_once_t waiter_once = PTHREAD_ONCE_INIT;
-
-static void waiter_free(void *p)
-{
-	struct thread_waiter *w = p;
-
-	if (w->epfd >= 0)
-		shunt_close_hidden(w->epfd);
-	free(w);
-}
-
-static void waiter_key_init(void)
-{
-	pthread_key_create(&waiter_key, waiter_free);
-}
-
-void shunt_poll_after_fork(void)
-{
-	struct thread_waiter *w;
-
-	/* The epoll instance is shared with the parent after fork: make our own. */
-	pthread_once(&waiter_once, waiter_key_init);
-	w = pthread_getspecific(waiter_key);
-	if (w) {
-		pthread_setspecific(waiter_key, NULL);
-		waiter_free(w);
-	}
-}
-
-/* This thread's waiter, with every link side of this process registered. */
-static struct thread_waiter *waiter(void)
-{
-	struct thread_waiter *w;
-	unsigned n;
-
-	pthread_once(&waiter_once, waiter_key_init);
-	w = pthread_getspecific(waiter_key);
-	if (!w) {
-		w = calloc(1, sizeof(*w));
-		if (!w)
-			return NULL;
-		w->epfd = (int)syscall(SYS_epoll_create1, EPOLL_CLOEXEC);
-		if (w->epfd < 0) {
-			free(w);
-			return NULL;
-		}
-		w->epfd = shunt_fd_hide(w->epfd);
-		pthread_setspecific(waiter_key, w);
-	}
-	n = shunt_plink_count();
-	for (unsigned i = 0; i < n && i < sizeof(w->sides); i++) {
-		struct shunt_plink *l = shunt_plink_nth(i);
-
-		for (unsigned side = 0; side < 2; side++) {
-			struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u32 = i };
-
-			if (!atomic_load(&l->mine[side]) || (w->sides[i] & (1u << side)))
-				continue;
-			if (syscall(SYS_epoll_ctl, w->epfd, EPOLL_CTL_ADD, l->efd[side], &ev) == 0 ||
-			    errno == EEXIST)
-				w->sides[i] |= (unsigned char)(1u << side);
-		}
-	}
-	return w;
-}
 
 bool shunt_poll_has_ours(const struct pollfd *fds, nfds_t n)
 {
@@ -104,22 +30,28 @@ bool shunt_poll_has_ours(const struct pollfd *fds, nfds_t n)
 	return false;
 }
 
-unsigned shunt_op_poll_mask(struct shunt_sock *s)
+unsigned shunt_sock_poll_mask(struct shunt_sock *s, int fd)
 {
+	struct pollfd p = { fd, POLLIN | POLLOUT | POLLRDHUP | POLLPRI, 0 };
+	struct timespec zero = { 0, 0 };
+	unsigned mask;
+
 	switch (shunt_sock_sync(s)) {
 	case SHUNT_SOCK_CONNECTED:
 		return shunt_conn_poll(s->conn, atomic_load(&s->rcvlowat));
 	case SHUNT_SOCK_CONNECTING:
 		return 0;
 	default:
-		/* A refused circuit: what the kernel shows after a refused connect. */
-		return atomic_load(&s->so_error) ? POLLOUT | POLLWRNORM | POLLERR | POLLHUP : 0;
+		/* Not a circuit (any more): the kernel half, plus a refused circuit's error. */
+		mask = syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ? (unsigned)p.revents : 0;
+		return mask | (atomic_load(&s->so_error) ? POLLERR : 0);
 	}
 }
 
 /* One application pollfd and what answers for it. */
 struct entry {
 	struct shunt_sock *sock;	/* a circuit socket, or NULL */
+	struct shunt_epoll *ep;		/* a shunt epoll instance, or NULL */
 	int kidx;			/* its kernel pollfd, or -1 */
 	int didx;			/* a listener's doorbell pollfd, or -1 */
 };
@@ -128,7 +60,7 @@ struct poll_set {
 	struct pollfd *app;
 	nfds_t n;
 	struct entry *e;
-	struct pollfd *k;		/* kernel pollfds, plus one slot for the waiter */
+	struct pollfd *k;		/* kernel pollfds, plus one slot for the hub */
 	int nk;
 	bool has_circuits;
 };
@@ -155,7 +87,8 @@ static int set_build(struct poll_set *ps, struct pollfd *fds, nfds_t n)
 		return -ENOMEM;
 	}
 	for (nfds_t i = 0; i < n; i++) {
-		struct shunt_sock *s = shunt_fdt_get(fds[i].fd);
+		struct shunt_file *f = shunt_fdt_get_file(fds[i].fd);
+		struct shunt_sock *s = f && f->kind == SHUNT_FILE_SOCK ? (struct shunt_sock *)f : NULL;
 		struct entry *e = &ps->e[i];
 
 		e->kidx = e->didx = -1;
@@ -166,23 +99,33 @@ static int set_build(struct poll_set *ps, struct pollfd *fds, nfds_t n)
 		}
 		e->kidx = ps->nk;
 		ps->k[ps->nk++] = (struct pollfd){ fds[i].fd, fds[i].events, 0 };
+		if (f && f->kind == SHUNT_FILE_EPOLL) {
+			/* Its kernel readiness must now show what sits on its ready list. */
+			e->ep = (struct shunt_epoll *)f;
+			shunt_epoll_expose(e->ep);
+			ps->has_circuits = true;
+			continue;
+		}
 		/* A shunt listener is readable when either backlog holds a connection. */
 		if (s && shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->doorbell >= 0 &&
 		    (fds[i].events & (POLLIN | POLLRDNORM))) {
 			e->didx = ps->nk;
 			ps->k[ps->nk++] = (struct pollfd){ s->doorbell, POLLIN, 0 };
 		}
-		if (s)
-			shunt_sock_put(s);
+		if (f)
+			shunt_file_put(f);
 	}
 	return 0;
 }
 
 static void set_free(struct poll_set *ps)
 {
-	for (nfds_t i = 0; i < ps->n; i++)
+	for (nfds_t i = 0; i < ps->n; i++) {
 		if (ps->e[i].sock)
 			shunt_sock_put(ps->e[i].sock);
+		if (ps->e[i].ep)
+			shunt_file_put(&ps->e[i].ep->f);
+	}
 	free(ps->e);
 	free(ps->k);
 }
@@ -198,10 +141,12 @@ static int set_collect(struct poll_set *ps)
 		short rev = 0;
 
 		if (e->sock)
-			rev = (short)(shunt_op_poll_mask(e->sock) & want);
+			rev = (short)(shunt_sock_poll_mask(e->sock, ps->app[i].fd) & want);
 		if (e->kidx >= 0)
 			rev |= ps->k[e->kidx].revents;
 		if (e->didx >= 0 && (ps->k[e->didx].revents & POLLIN))
+			rev |= (short)(ps->app[i].events & (POLLIN | POLLRDNORM));
+		if (e->ep && shunt_epoll_has_ready(e->ep))
 			rev |= (short)(ps->app[i].events & (POLLIN | POLLRDNORM));
 		ps->app[i].revents = rev;
 		count += rev != 0;
@@ -230,17 +175,8 @@ static void arm(struct poll_set *ps, int delta)
 			continue;
 		/* W1: as in shunt_wait_end, seq_cst pairs with shunt_wake's fence. */
 		atomic_fetch_add_explicit(&c->me->evented, (uint32_t)delta, memory_order_seq_cst);
-		atomic_fetch_add_explicit(&c->wake_self.link->sleepers, (uint32_t)delta,
-					  memory_order_seq_cst);
 	}
-}
-
-static void drain_waiter(struct thread_waiter *w)
-{
-	struct epoll_event evs[16];
-
-	while (syscall(SYS_epoll_wait, w->epfd, evs, 16, 0) == 16)
-		;
+	shunt_notice_sleepers(delta);
 }
 
 int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
@@ -248,8 +184,8 @@ int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset
 	int64_t start = shunt_now_ns(), spin_ns = mask ? 0 : shunt_wait_spin_ns();
 	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
 	struct timespec zero = { 0, 0 };
-	struct thread_waiter *w = NULL;
 	struct poll_set ps;
+	bool hub_fired = false;
 	int r, count;
 
 	r = set_build(&ps, fds, n);
@@ -264,6 +200,8 @@ int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset
 			if (r < 0)
 				break;
 		}
+		shunt_notice_drain(hub_fired);
+		hub_fired = false;
 		count = set_collect(&ps);
 		if (count || timeout_ns == 0) {
 			r = count;
@@ -278,17 +216,14 @@ int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset
 			shunt_cpu_relax();
 			continue;
 		}
-		/* Sleep: kernel descriptors plus our waiter, after arming the circuits. */
-		if (ps.has_circuits && !w && !(w = waiter())) {
-			r = -ENOMEM;
-			break;
-		}
+		/* Sleep: kernel descriptors plus the notice hub, after arming the circuits. */
 		struct timespec left, *lp = NULL;
-		int nk = ps.nk;
+		int nk = ps.nk, hub = ps.has_circuits ? shunt_notice_hub() : -1;
 
-		if (w)
-			ps.k[nk++] = (struct pollfd){ w->epfd, POLLIN, 0 };
+		if (hub >= 0)
+			ps.k[nk++] = (struct pollfd){ hub, POLLIN, 0 };
 		arm(&ps, 1);
+		shunt_notice_drain(false);
 		count = set_collect(&ps);
 		if (!count) {
 			if (deadline >= 0) {
@@ -301,10 +236,9 @@ int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset
 				lp = &left;
 			}
 			r = kernel_poll(&ps, nk, lp, mask);
+			hub_fired = hub >= 0 && (ps.k[nk - 1].revents & POLLIN);
 		}
 		arm(&ps, -1);
-		if (w)
-			drain_waiter(w);
 		if (count) {
 			/* Ready before we slept: the kernel entries still need a fresh look. */
 			r = kernel_poll(&ps, ps.nk, &zero, NULL);
@@ -314,7 +248,8 @@ int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset
 		}
 		if (r < 0)
 			break;		/* EINTR: poll is never restarted */
-		/* Circuits are checked again at the top; kernel revents are current. */
+		shunt_notice_drain(hub_fired);
+		hub_fired = false;
 		count = set_collect(&ps);
 		if (count) {
 			r = count;

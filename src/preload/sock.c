@@ -9,6 +9,7 @@
 
 #include "preload/conn.h"
 #include "preload/control.h"
+#include "preload/epoll.h"
 #include "preload/sock.h"
 #include "preload/util.h"
 
@@ -45,8 +46,10 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	s->conn = NULL;
 	s->retired = NULL;
 	s->inherit = 0;
+	shunt_list_init(&s->watchers);
+	s->f.kind = SHUNT_FILE_SOCK;
 	/* Release: the fields above are visible to whoever gets a reference. */
-	atomic_store_explicit(&s->refs, 1, memory_order_release);
+	atomic_store_explicit(&s->f.refs, 1, memory_order_release);
 	return s;
 }
 
@@ -74,6 +77,8 @@ void shunt_sock_drop_listener(struct shunt_sock *s)
 
 static void release(struct shunt_sock *s)
 {
+	/* Like the kernel's eventpoll_release: the file's registrations go first. */
+	shunt_epoll_sock_gone(s);
 	if (s->conn) {
 		shunt_conn_close(s->conn, atomic_load(&s->linger_abort));
 		s->conn = NULL;
@@ -87,10 +92,8 @@ static void release(struct shunt_sock *s)
 	shunt_sock_drop_listener(s);
 }
 
-void shunt_sock_put(struct shunt_sock *s)
+void shunt_sock_release(struct shunt_sock *s)
 {
-	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
-		return;
 	release(s);
 	pthread_mutex_lock(&pool_lock);
 	s->next_free = pool;

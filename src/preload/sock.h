@@ -12,6 +12,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/list.h"
+#include "preload/file.h"
+
 enum shunt_sock_state {
 	SHUNT_SOCK_FRESH,	/* neither connected nor listening; may be bound */
 	SHUNT_SOCK_LISTENING,	/* listening (registered with shuntd if listener != 0) */
@@ -29,7 +32,7 @@ enum shunt_connect_report {
 struct shunt_conn;
 
 struct shunt_sock {
-	_Atomic int refs;		/* 0 while on the free list */
+	struct shunt_file f;		/* first: what the fd table holds */
 	struct shunt_sock *next_free;	/* under the pool lock */
 	pthread_mutex_t lock;		/* state changes: connect, listen, accept, close */
 	int domain;			/* AF_INET or AF_INET6 */
@@ -46,6 +49,7 @@ struct shunt_sock {
 	struct shunt_conn *conn;	/* under lock; read by data calls once CONNECTED */
 	struct shunt_conn *retired;	/* shut connections other threads may still touch */
 	_Atomic uint32_t inherit;	/* options set that accepted sockets inherit (opts.c) */
+	struct shunt_list watchers;	/* under shunt_notice_lock: its epoll registrations */
 };
 
 /*
@@ -60,30 +64,18 @@ void shunt_sock_drop_listener(struct shunt_sock *s);
 /* A new socket for @domain with one reference, or NULL without memory. */
 struct shunt_sock *shunt_sock_new(int domain, bool nonblock);
 
-static inline void shunt_sock_ref(struct shunt_sock *s)
-{
-	atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-}
-
-/* Take a reference unless the object is free; see fdtable.c for why. */
-static inline bool shunt_sock_tryget(struct shunt_sock *s)
-{
-	int r = atomic_load_explicit(&s->refs, memory_order_relaxed);
-
-	while (r > 0)
-		if (atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1,
-							  memory_order_acquire,
-							  memory_order_relaxed))
-			return true;
-	return false;
-}
-
 /*
  * Drop a reference. The last one closes the connection or unregisters the
  * listener — the moment the kernel would release the socket — and returns
  * the object to the pool.
  */
-void shunt_sock_put(struct shunt_sock *s);
+static inline void shunt_sock_put(struct shunt_sock *s)
+{
+	shunt_file_put(&s->f);
+}
+
+/* Called by shunt_file_put when the last reference is gone. */
+void shunt_sock_release(struct shunt_sock *s);
 
 /* State, with acquire ordering: a CONNECTED socket's conn is visible. */
 static inline int shunt_sock_state(struct shunt_sock *s)

@@ -14,6 +14,8 @@
 #include "common/log.h"
 #include "preload/conn.h"
 #include "preload/control.h"
+#include "preload/epoll.h"
+#include "preload/notice.h"
 #include "preload/fdtable.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
@@ -60,7 +62,7 @@ int shunt_op_socket(int domain, int type, int protocol)
 	s = shunt_sock_new(domain, type & SOCK_NONBLOCK);
 	if (!s)
 		return fd;
-	shunt_fdt_set(fd, s);
+	shunt_fdt_set(fd, &s->f);
 	shunt_sock_put(s);
 	shunt_stats_saw_fd(fd);
 	return fd;
@@ -99,6 +101,7 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 		if (e < 0 && e != -ENOTCONN)
 			shunt_info("listener on fd %d stays kernel-only: %s", fd, strerror(-e));
 	}
+	shunt_epoll_sock_moved(s);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return r;
@@ -111,13 +114,15 @@ static int kernel_connect(struct shunt_sock *s, int fd, const struct sockaddr *a
 	int r = (int)libc_ret(shunt_libc.connect(fd, addr, len));
 
 	if (r == 0 || r == -EINPROGRESS) {
-		struct shunt_sock *t = shunt_fdt_take(fd);
+		/* Its epoll registrations become the kernel's before we forget it. */
+		atomic_store(&s->so_error, 0);
+		shunt_epoll_sock_moved(s);
+		struct shunt_file *t = shunt_fdt_take(fd);
 
 		shunt_stats.kernel_connect++;
 		if (t)
-			shunt_sock_put(t);
+			shunt_file_put(t);
 	}
-	(void)s;
 	return r;
 }
 
@@ -137,11 +142,12 @@ int shunt_sock_sync(struct shunt_sock *s)
 			st = SHUNT_SOCK_CONNECTED;
 		} else if (setup == SHUNT_SETUP_REFUSED) {
 			/* Like a SYN answered by a reset: unconnected, ECONNREFUSED pending. */
-			shunt_sock_retire_conn(s, false);
 			atomic_store(&s->so_error, ECONNREFUSED);
 			st = SHUNT_SOCK_FRESH;
 		}
 		atomic_store_explicit(&s->state, st, memory_order_release);
+		if (st == SHUNT_SOCK_FRESH)
+			shunt_sock_retire_conn(s, false);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return st;
@@ -173,6 +179,7 @@ static int wait_established(struct shunt_sock *s)
 		return 0;
 	case SHUNT_SOCK_FRESH:
 		atomic_store(&s->so_error, 0);
+		shunt_epoll_sock_moved(s);
 		return -ECONNREFUSED;
 	default:
 		return -EINPROGRESS;
@@ -192,6 +199,7 @@ static int disconnect_locked(struct shunt_sock *s, int fd, const struct sockaddr
 	s->connect_report = SHUNT_CONNECT_NONE;
 	atomic_store(&s->so_error, ECONNRESET);
 	atomic_store_explicit(&s->state, SHUNT_SOCK_FRESH, memory_order_release);
+	shunt_epoll_sock_moved(s);
 	return 0;
 }
 
@@ -252,6 +260,7 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 		return kernel_connect(s, fd, addr, len);
 	}
 	s->conn = conn;
+	shunt_notice_bind(conn, s);
 	s->connect_report = nonblock ? SHUNT_CONNECT_PENDING : SHUNT_CONNECT_DONE;
 	if (atomic_load(&conn->hdr->setup) == SHUNT_SETUP_ESTABLISHED) {
 		st = SHUNT_SOCK_CONNECTED;
@@ -260,6 +269,8 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 		st = SHUNT_SOCK_CONNECTING;
 	}
 	atomic_store_explicit(&s->state, st, memory_order_release);
+	/* Its epoll registrations now follow the circuit. */
+	shunt_epoll_sock_moved(s);
 	pthread_mutex_unlock(&s->lock);
 	/* Like the kernel, a non-blocking connect always says EINPROGRESS. */
 	if (nonblock)
@@ -316,9 +327,10 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	}
 	shunt_opts_inherit(s, fd, ns, nfd);
 	ns->conn = conn;
+	shunt_notice_bind(conn, ns);
 	ns->connect_report = SHUNT_CONNECT_DONE;
 	atomic_store_explicit(&ns->state, SHUNT_SOCK_CONNECTED, memory_order_release);
-	shunt_fdt_set(nfd, ns);
+	shunt_fdt_set(nfd, &ns->f);
 	shunt_sock_put(ns);
 	shunt_stats_saw_fd(nfd);
 	shunt_stats.shm_accept++;
@@ -425,8 +437,10 @@ int shunt_op_getpeername(struct shunt_sock *s, int fd, struct sockaddr *addr, so
 static void forget_listener(struct shunt_sock *s)
 {
 	pthread_mutex_lock(&s->lock);
-	shunt_sock_drop_listener(s);
+	/* Registrations move while the doorbell they name is still open. */
 	atomic_store_explicit(&s->state, SHUNT_SOCK_FRESH, memory_order_release);
+	shunt_epoll_sock_moved(s);
+	shunt_sock_drop_listener(s);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -449,34 +463,34 @@ int shunt_op_shutdown(struct shunt_sock *s, int fd, int how)
 
 int shunt_op_close(int fd)
 {
-	struct shunt_sock *s;
+	struct shunt_file *f;
 	int r;
 
 	if (shunt_fdt_is_hidden(fd))
 		return -EBADF;
 	/* Out of the table first, so a new descriptor with this number starts clean. */
-	s = shunt_fdt_take(fd);
+	f = shunt_fdt_take(fd);
 	r = (int)libc_ret(shunt_libc.close(fd));
-	if (s)
-		shunt_sock_put(s);
+	if (f)
+		shunt_file_put(f);
 	return r;
 }
 
 void shunt_op_dup(int oldfd, int newfd)
 {
-	struct shunt_sock *s, *old;
+	struct shunt_file *f, *old;
 
 	if (oldfd == newfd)
 		return;
-	s = shunt_fdt_get(oldfd);
-	if (s) {
-		old = shunt_fdt_set(newfd, s);
+	f = shunt_fdt_get_file(oldfd);
+	if (f) {
+		old = shunt_fdt_set(newfd, f);
 		shunt_stats_saw_fd(newfd);
-		shunt_sock_put(s);
+		shunt_file_put(f);
 	} else {
 		/* The kernel closed whatever @newfd was. */
 		old = shunt_fdt_take(newfd);
 	}
 	if (old)
-		shunt_sock_put(old);
+		shunt_file_put(old);
 }

@@ -1,0 +1,484 @@
+// SPDX-License-Identifier: MIT
+/*
+ * epoll instances and registrations (see epoll.h for the model): creation,
+ * epoll_ctl with the kernel's checks and errors, moving registrations when
+ * their sockets change, and routing notices onto ready lists.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "preload/conn.h"
+#include "preload/epoll.h"
+#include "preload/fdtable.h"
+#include "preload/libc.h"
+#include "preload/notice.h"
+#include "preload/ops.h"
+#include "preload/sock.h"
+#include "preload/util.h"
+
+/* A sentinel whose registration is gone: its stale events are dropped. */
+#define TOMBSTONE ((void *)1)
+
+/* What EPOLLEXCLUSIVE may be combined with (the kernel's EPOLLEXCLUSIVE_OK_BITS). */
+#define EXCLUSIVE_OK (EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP | EPOLLWAKEUP | EPOLLET | \
+		      EPOLLEXCLUSIVE)
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shunt_epoll *ep_pool;	/* under pool_lock; type-stable, as fdtable.c needs */
+static struct shunt_reg *reg_pool;	/* under pool_lock; type-stable, as sentinels need */
+
+static long kctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	return syscall(SYS_epoll_ctl, epfd, op, fd, ev) < 0 ? -errno : 0;
+}
+
+static struct shunt_epoll *ep_new(void)
+{
+	struct shunt_epoll *ep;
+
+	pthread_mutex_lock(&pool_lock);
+	ep = ep_pool;
+	if (ep)
+		ep_pool = ep->next_free;
+	pthread_mutex_unlock(&pool_lock);
+	if (!ep) {
+		ep = calloc(1, sizeof(*ep));
+		if (!ep)
+			return NULL;
+		pthread_mutex_init(&ep->lock, NULL);
+	}
+	ep->f.kind = SHUNT_FILE_EPOLL;
+	ep->kfd = ep->bell = -1;
+	ep->bell_set = false;
+	ep->sleepers = 0;
+	atomic_store(&ep->exposed, false);
+	shunt_list_init(&ep->regs);
+	shunt_list_init(&ep->ready);
+	shunt_map_init(&ep->sentinels);
+	atomic_store_explicit(&ep->f.refs, 1, memory_order_release);
+	return ep;
+}
+
+static void ep_free(struct shunt_epoll *ep)
+{
+	if (ep->bell >= 0)
+		shunt_close_hidden(ep->bell);
+	if (ep->kfd >= 0)
+		shunt_close_hidden(ep->kfd);
+	shunt_map_free(&ep->sentinels);
+	pthread_mutex_lock(&pool_lock);
+	ep->next_free = ep_pool;
+	ep_pool = ep;
+	pthread_mutex_unlock(&pool_lock);
+}
+
+static struct shunt_reg *reg_new(void)
+{
+	struct shunt_reg *r;
+
+	pthread_mutex_lock(&pool_lock);
+	r = reg_pool;
+	if (r)
+		reg_pool = r->next_free;
+	pthread_mutex_unlock(&pool_lock);
+	if (!r && !(r = calloc(1, sizeof(*r))))
+		return NULL;
+	memset(r, 0, sizeof(*r));
+	shunt_list_init(&r->ep_node);
+	shunt_list_init(&r->sock_node);
+	shunt_list_init(&r->ready_node);
+	return r;
+}
+
+static void reg_free(struct shunt_reg *r)
+{
+	pthread_mutex_lock(&pool_lock);
+	r->next_free = reg_pool;
+	reg_pool = r;
+	pthread_mutex_unlock(&pool_lock);
+}
+
+int shunt_epoll_create(int flags)
+{
+	struct epoll_event bell = { .events = EPOLLIN }, hub = { .events = EPOLLIN };
+	int fd = (int)syscall(SYS_epoll_create1, flags), dup, h;
+	struct shunt_epoll *ep;
+
+	if (fd < 0)
+		return -errno;
+	ep = shunt_enabled() ? ep_new() : NULL;
+	if (!ep)
+		return fd;	/* a plain kernel instance: nothing breaks */
+	dup = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0);
+	ep->kfd = dup >= 0 ? shunt_fd_hide(dup) : -1;
+	ep->bell = (int)syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ep->bell >= 0)
+		ep->bell = shunt_fd_hide(ep->bell);
+	bell.data.ptr = &ep->bell_mark;
+	hub.data.ptr = &ep->hub_mark;
+	h = shunt_notice_hub();
+	if (ep->kfd < 0 || ep->bell < 0 || h < 0 || kctl(ep->kfd, EPOLL_CTL_ADD, ep->bell, &bell) ||
+	    kctl(ep->kfd, EPOLL_CTL_ADD, h, &hub)) {
+		shunt_warn("epoll instance %d stays kernel-only: cannot set it up", fd);
+		ep_free(ep);
+		return fd;
+	}
+	shunt_fdt_set(fd, &ep->f);
+	shunt_file_put(&ep->f);
+	return fd;
+}
+
+/* Set the bell if someone may be waiting or watching. Under ep->lock. */
+static void ring_locked(struct shunt_epoll *ep)
+{
+	uint64_t one = 1;
+
+	if (ep->bell_set || (!ep->sleepers && !atomic_load(&ep->exposed)))
+		return;
+	if (syscall(SYS_write, ep->bell, &one, sizeof(one)) == sizeof(one))
+		ep->bell_set = true;
+}
+
+void shunt_epoll_unring_locked(struct shunt_epoll *ep)
+{
+	uint64_t v;
+
+	if (!ep->bell_set || !shunt_list_empty(&ep->ready))
+		return;
+	(void)!syscall(SYS_read, ep->bell, &v, sizeof(v));
+	ep->bell_set = false;
+}
+
+void shunt_epoll_expose(struct shunt_epoll *ep)
+{
+	if (atomic_exchange(&ep->exposed, true))
+		return;
+	pthread_mutex_lock(&ep->lock);
+	if (!shunt_list_empty(&ep->ready))
+		ring_locked(ep);
+	pthread_mutex_unlock(&ep->lock);
+}
+
+bool shunt_epoll_has_ready(struct shunt_epoll *ep)
+{
+	bool r;
+
+	pthread_mutex_lock(&ep->lock);
+	r = !shunt_list_empty(&ep->ready);
+	pthread_mutex_unlock(&ep->lock);
+	return r;
+}
+
+/* The mode a registration of @s should have now. */
+static enum shunt_reg_mode mode_of(struct shunt_sock *s)
+{
+	int st = shunt_sock_state(s);
+
+	if (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING || atomic_load(&s->so_error))
+		return SHUNT_REG_CIRCUIT;
+	if (st == SHUNT_SOCK_LISTENING && s->doorbell >= 0)
+		return SHUNT_REG_LISTENER;
+	return SHUNT_REG_KERNEL;
+}
+
+/* The events a registration has now, as poll(2) would give them. */
+static uint32_t reg_mask(struct shunt_reg *r)
+{
+	uint32_t want = r->events | EPOLLERR | EPOLLHUP;
+
+	return shunt_sock_poll_mask(r->sock, r->fd) & want;
+}
+
+/* Queue a CIRCUIT registration that is ready. Under the notice lock. */
+static void queue_if_ready(struct shunt_reg *r)
+{
+	struct shunt_epoll *ep = r->ep;
+
+	if (r->mode != SHUNT_REG_CIRCUIT || !r->armed || !reg_mask(r))
+		return;
+	pthread_mutex_lock(&ep->lock);
+	if (!r->queued) {
+		shunt_list_add_tail(&ep->ready, &r->ready_node);
+		r->queued = true;
+	}
+	ring_locked(ep);
+	pthread_mutex_unlock(&ep->lock);
+}
+
+static void dequeue(struct shunt_reg *r)
+{
+	pthread_mutex_lock(&r->ep->lock);
+	if (r->queued) {
+		shunt_list_del(&r->ready_node);
+		r->queued = false;
+	}
+	shunt_epoll_unring_locked(r->ep);
+	pthread_mutex_unlock(&r->ep->lock);
+}
+
+/* The circuit end whose `evented` counts this registration. */
+static struct shunt_circuit_end *end_of(struct shunt_reg *r)
+{
+	return r->sock->conn ? r->sock->conn->me : NULL;
+}
+
+/*
+ * Put a registration into the kernel instance as its mode wants. For a
+ * LISTENER both the listening socket and the doorbell carry the
+ * registration's address as data: absorb() turns their events back into
+ * one event with the application's data. Under the notice lock.
+ */
+static long install(struct shunt_reg *r)
+{
+	struct shunt_epoll *ep = r->ep;
+	struct epoll_event ev = { .events = r->events, .data = r->data };
+	struct shunt_circuit_end *end;
+	long e;
+
+	switch (r->mode) {
+	case SHUNT_REG_KERNEL:
+		return kctl(ep->kfd, EPOLL_CTL_ADD, r->fd, &ev);
+	case SHUNT_REG_LISTENER:
+		ev.data.u64 = (uint64_t)(uintptr_t)r;
+		e = kctl(ep->kfd, EPOLL_CTL_ADD, r->fd, &ev);
+		if (e)
+			return e;
+		ev.events &= EPOLLIN | EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE;
+		kctl(ep->kfd, EPOLL_CTL_ADD, r->sock->doorbell, &ev);
+		pthread_mutex_lock(&ep->lock);
+		shunt_map_put(&ep->sentinels, (uint64_t)(uintptr_t)r, r);
+		pthread_mutex_unlock(&ep->lock);
+		return 0;
+	case SHUNT_REG_CIRCUIT:
+		end = end_of(r);
+		/* W1 of shunt_wake: the peer now posts notices for this end. */
+		if (end)
+			atomic_fetch_add_explicit(&end->evented, 1, memory_order_seq_cst);
+		queue_if_ready(r);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* Take a registration out of the kernel instance. Under the notice lock. */
+static void uninstall(struct shunt_reg *r)
+{
+	struct shunt_epoll *ep = r->ep;
+	struct shunt_circuit_end *end;
+
+	switch (r->mode) {
+	case SHUNT_REG_KERNEL:
+		kctl(ep->kfd, EPOLL_CTL_DEL, r->fd, NULL);
+		break;
+	case SHUNT_REG_LISTENER:
+		kctl(ep->kfd, EPOLL_CTL_DEL, r->fd, NULL);
+		if (r->sock->doorbell >= 0)
+			kctl(ep->kfd, EPOLL_CTL_DEL, r->sock->doorbell, NULL);
+		/* Events already harvested by another thread must not reach the application. */
+		pthread_mutex_lock(&ep->lock);
+		shunt_map_put(&ep->sentinels, (uint64_t)(uintptr_t)r, TOMBSTONE);
+		pthread_mutex_unlock(&ep->lock);
+		break;
+	case SHUNT_REG_CIRCUIT:
+		end = end_of(r);
+		if (end)
+			atomic_fetch_sub_explicit(&end->evented, 1, memory_order_relaxed);
+		dequeue(r);
+		break;
+	}
+}
+
+/* Update a registration in place (EPOLL_CTL_MOD). Under the notice lock. */
+static long modify(struct shunt_reg *r)
+{
+	struct epoll_event ev = { .events = r->events, .data = r->data };
+	long e;
+
+	switch (r->mode) {
+	case SHUNT_REG_KERNEL:
+		return kctl(r->ep->kfd, EPOLL_CTL_MOD, r->fd, &ev);
+	case SHUNT_REG_LISTENER:
+		ev.data.u64 = (uint64_t)(uintptr_t)r;
+		e = kctl(r->ep->kfd, EPOLL_CTL_MOD, r->fd, &ev);
+		ev.events &= EPOLLIN | EPOLLET | EPOLLONESHOT;
+		kctl(r->ep->kfd, EPOLL_CTL_MOD, r->sock->doorbell, &ev);
+		return e;
+	case SHUNT_REG_CIRCUIT:
+		dequeue(r);
+		queue_if_ready(r);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static struct shunt_reg *find(struct shunt_epoll *ep, struct shunt_sock *s, int fd)
+{
+	struct shunt_list *pos, *tmp;
+
+	shunt_list_for_each_safe(pos, tmp, &s->watchers) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
+
+		if (r->ep == ep && r->fd == fd)
+			return r;
+	}
+	return NULL;
+}
+
+static void unlink_reg(struct shunt_reg *r)
+{
+	shunt_list_del(&r->ep_node);
+	shunt_list_del(&r->sock_node);
+	reg_free(r);
+}
+
+/* epoll_ctl for a shunt socket, with the kernel's order of checks. */
+static int ctl_sock(struct shunt_epoll *ep, int op, int fd, struct shunt_sock *s,
+		    struct epoll_event *ev)
+{
+	struct shunt_reg *r;
+	long e = 0;
+
+	if (op != EPOLL_CTL_ADD && op != EPOLL_CTL_MOD && op != EPOLL_CTL_DEL)
+		return -EINVAL;
+	if (op != EPOLL_CTL_DEL && (ev->events & EPOLLEXCLUSIVE) &&
+	    (op == EPOLL_CTL_MOD || (ev->events & ~EXCLUSIVE_OK)))
+		return -EINVAL;
+	pthread_mutex_lock(&shunt_notice_lock);
+	r = find(ep, s, fd);
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (r) {
+			e = -EEXIST;
+			break;
+		}
+		r = reg_new();
+		if (!r) {
+			e = -ENOMEM;
+			break;
+		}
+		r->ep = ep;
+		r->sock = s;
+		r->fd = fd;
+		r->events = ev->events;
+		r->data = ev->data;
+		r->armed = true;
+		r->mode = mode_of(s);
+		shunt_list_add_tail(&ep->regs, &r->ep_node);
+		shunt_list_add_tail(&s->watchers, &r->sock_node);
+		e = install(r);
+		if (e)
+			unlink_reg(r);
+		break;
+	case EPOLL_CTL_MOD:
+		if (!r) {
+			e = -ENOENT;
+		} else if (r->events & EPOLLEXCLUSIVE) {
+			e = -EINVAL;
+		} else {
+			r->events = ev->events;
+			r->data = ev->data;
+			r->armed = true;
+			e = modify(r);
+		}
+		break;
+	case EPOLL_CTL_DEL:
+		if (!r) {
+			e = -ENOENT;
+			break;
+		}
+		uninstall(r);
+		unlink_reg(r);
+		break;
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+	return (int)e;
+}
+
+int shunt_epoll_ctl(struct shunt_epoll *ep, int epfd, int op, int fd, struct epoll_event *ev)
+{
+	struct shunt_file *f;
+	int r;
+
+	/* The kernel reads the event before it looks at the descriptors. */
+	if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev)
+		return -EFAULT;
+	f = fd == epfd ? NULL : shunt_fdt_get_file(fd);
+	if (f && f->kind == SHUNT_FILE_SOCK) {
+		r = ctl_sock(ep, op, fd, (struct shunt_sock *)f, ev);
+		shunt_file_put(f);
+		return r;
+	}
+	/* Kernel descriptors, and epoll instances nested in this one. */
+	r = (int)kctl(epfd, op, fd, ev);
+	if (r == 0 && f && op == EPOLL_CTL_ADD)
+		shunt_epoll_expose((struct shunt_epoll *)f);
+	if (f)
+		shunt_file_put(f);
+	return r;
+}
+
+void shunt_epoll_sock_changed(struct shunt_sock *s)
+{
+	struct shunt_list *pos, *tmp;
+
+	shunt_list_for_each_safe(pos, tmp, &s->watchers)
+		queue_if_ready(shunt_container_of(pos, struct shunt_reg, sock_node));
+}
+
+void shunt_epoll_sock_moved(struct shunt_sock *s)
+{
+	struct shunt_list *pos, *tmp;
+
+	pthread_mutex_lock(&shunt_notice_lock);
+	shunt_list_for_each_safe(pos, tmp, &s->watchers) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
+		enum shunt_reg_mode m = mode_of(s);
+
+		if (m == r->mode)
+			continue;
+		uninstall(r);
+		r->mode = m;
+		if (install(r))
+			shunt_warn("fd %d: cannot move its epoll registration", r->fd);
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+}
+
+void shunt_epoll_sock_gone(struct shunt_sock *s)
+{
+	struct shunt_list *pos, *tmp;
+
+	pthread_mutex_lock(&shunt_notice_lock);
+	shunt_list_for_each_safe(pos, tmp, &s->watchers) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
+
+		/* A kernel registration outlives our record: the socket is still open. */
+		if (r->mode != SHUNT_REG_KERNEL)
+			uninstall(r);
+		unlink_reg(r);
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+}
+
+void shunt_epoll_release(struct shunt_epoll *ep)
+{
+	struct shunt_list *pos, *tmp;
+
+	pthread_mutex_lock(&shunt_notice_lock);
+	shunt_list_for_each_safe(pos, tmp, &ep->regs) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, ep_node);
+
+		if (r->mode == SHUNT_REG_CIRCUIT)
+			uninstall(r);
+		unlink_reg(r);
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+	ep_free(ep);
+}

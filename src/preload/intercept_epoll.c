@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Exported wrappers of the epoll calls. An instance the library did not
+ * create (made before it was loaded, or when it is disabled) goes to the C
+ * library untouched.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <sys/epoll.h>
+
+#include "preload/epoll.h"
+#include "preload/fdtable.h"
+#include "preload/init.h"
+#include "preload/libc.h"
+#include "preload/util.h"
+
+SHUNT_EXPORT int epoll_create1(int flags)
+{
+	int saved = errno;
+
+	shunt_ensure_init();
+	return (int)shunt_ret(shunt_epoll_create(flags), saved);
+}
+
+SHUNT_EXPORT int epoll_create(int size)
+{
+	int saved = errno;
+
+	shunt_ensure_init();
+	if (size <= 0)
+		return shunt_libc.epoll_create(size);	/* EINVAL, from the kernel */
+	return (int)shunt_ret(shunt_epoll_create(0), saved);
+}
+
+SHUNT_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	struct shunt_epoll *ep;
+	int saved = errno, r;
+
+	shunt_ensure_init();
+	ep = shunt_fdt_get_epoll(epfd);
+	if (!ep)
+		return shunt_libc.epoll_ctl(epfd, op, fd, ev);
+	r = shunt_epoll_ctl(ep, epfd, op, fd, ev);
+	shunt_file_put(&ep->f);
+	return (int)shunt_ret(r, saved);
+}
+
+static int do_wait(int epfd, struct epoll_event *events, int max, int64_t timeout_ns,
+		   const sigset_t *mask)
+{
+	struct shunt_epoll *ep = shunt_fdt_get_epoll(epfd);
+	int saved = errno, r;
+
+	r = shunt_epoll_wait(ep, epfd, events, max, timeout_ns, mask);
+	shunt_file_put(&ep->f);
+	return (int)shunt_ret(r, saved);
+}
+
+SHUNT_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
+{
+	shunt_ensure_init();
+	if (!shunt_fdt_is_ours(epfd))
+		return shunt_libc.epoll_wait(epfd, events, max, timeout);
+	return do_wait(epfd, events, max, timeout < 0 ? -1 : timeout * 1000000LL, NULL);
+}
+
+SHUNT_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout,
+			     const sigset_t *mask)
+{
+	shunt_ensure_init();
+	if (!shunt_fdt_is_ours(epfd))
+		return shunt_libc.epoll_pwait(epfd, events, max, timeout, mask);
+	return do_wait(epfd, events, max, timeout < 0 ? -1 : timeout * 1000000LL, mask);
+}
+
+SHUNT_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int max,
+			      const struct timespec *ts, const sigset_t *mask)
+{
+	shunt_ensure_init();
+	if (!shunt_fdt_is_ours(epfd) ||
+	    (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000)))
+		return shunt_libc.epoll_pwait2(epfd, events, max, ts, mask);
+	return do_wait(epfd, events, max, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1, mask);
+}
