@@ -6,14 +6,18 @@
 #include "bench_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *prog_name(void)
 {
@@ -158,6 +162,32 @@ size_t shunt_bench_sample_capacity(const struct shunt_bench_opts *o)
 	if (n > SHUNT_BENCH_MAX_SAMPLES)
 		n = SHUNT_BENCH_MAX_SAMPLES;
 	return (size_t)n;
+}
+
+long shunt_bench_raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return -errno;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			return -errno;
+	}
+	return rl.rlim_cur > (rlim_t)LONG_MAX ? LONG_MAX : (long)rl.rlim_cur;
+}
+
+void shunt_bench_ready_file(const char *path)
+{
+	int fd;
+
+	if (!path)
+		return;
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		shunt_bench_die(errno, "creating %s", path);
+	close(fd);
 }
 
 void *shunt_bench_alloc(size_t n)

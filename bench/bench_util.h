@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Shared helpers for the core benchmark programs (pp, shmring): clock, CPU
- * pinning, argument parsing, latency statistics and the one-line JSON report.
+ * Shared helpers for the benchmark programs (pp, shmring, epoll_echo): clock,
+ * CPU pinning, argument parsing, latency statistics and the one-line JSON
+ * report.
  * Deliberately independent of src/: the benchmarks must measure shunt from
  * the outside, like any unmodified program.
  */
@@ -87,6 +88,15 @@ int shunt_bench_parse_common(struct shunt_bench_opts *o, int argc,
 
 /* Number of samples to allocate for an rtt run described by o. */
 size_t shunt_bench_sample_capacity(const struct shunt_bench_opts *o);
+
+/* Raise the soft RLIMIT_NOFILE to the hard limit (never lowers it): a
+ * program with thousands of connections needs more than the usual 1024.
+ * Returns the soft limit now in force (capped at LONG_MAX), or -errno. */
+long shunt_bench_raise_nofile(void);
+
+/* Create (or truncate) path, to tell the driver that a server's listen() has
+ * returned; no-op for a NULL path, dies on failure. */
+void shunt_bench_ready_file(const char *path);
 
 /* Allocate and pre-fault n zeroed bytes aligned to 4096 so that the first
  * touch never lands inside a measured phase; dies on failure. */
