@@ -433,6 +433,9 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 				break;
 			continue;	/* more may have come meanwhile */
 		}
+		/* tcp_recvmsg's order: a FIN received, then a pending error, then shutdown. */
+		if (ps & SHUNT_END_WR_SHUT)
+			break;		/* EOF: what we have, or 0 */
 		r = take_error(c);
 		if (r) {
 			if (copied)

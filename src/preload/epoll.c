@@ -60,7 +60,9 @@ static struct shunt_epoll *ep_new(void)
 	ep->sleepers = 0;
 	atomic_store(&ep->exposed, false);
 	shunt_list_init(&ep->regs);
+	shunt_list_init(&ep->watchers);
 	shunt_list_init(&ep->ready);
+	ep->circuit_first = false;
 	shunt_map_init(&ep->sentinels);
 	atomic_store_explicit(&ep->f.refs, 1, memory_order_release);
 	return ep;
@@ -107,8 +109,8 @@ static void reg_free(struct shunt_reg *r)
 
 int shunt_epoll_create(int flags)
 {
-	struct epoll_event bell = { .events = EPOLLIN }, hub = { .events = EPOLLIN };
-	int fd = (int)syscall(SYS_epoll_create1, flags), dup, h;
+	struct epoll_event bell = { .events = EPOLLIN };
+	int fd = (int)syscall(SYS_epoll_create1, flags), dup;
 	struct shunt_epoll *ep;
 
 	if (fd < 0)
@@ -122,10 +124,9 @@ int shunt_epoll_create(int flags)
 	if (ep->bell >= 0)
 		ep->bell = shunt_fd_hide(ep->bell);
 	bell.data.ptr = &ep->bell_mark;
-	hub.data.ptr = &ep->hub_mark;
-	h = shunt_notice_hub();
-	if (ep->kfd < 0 || ep->bell < 0 || h < 0 || kctl(ep->kfd, EPOLL_CTL_ADD, ep->bell, &bell) ||
-	    kctl(ep->kfd, EPOLL_CTL_ADD, h, &hub)) {
+	/* Waiters sleep on the hub next to the instance, so it must exist. */
+	if (ep->kfd < 0 || ep->bell < 0 || shunt_notice_hub() < 0 ||
+	    kctl(ep->kfd, EPOLL_CTL_ADD, ep->bell, &bell)) {
 		shunt_warn("epoll instance %d stays kernel-only: cannot set it up", fd);
 		ep_free(ep);
 		return fd;
@@ -135,12 +136,19 @@ int shunt_epoll_create(int flags)
 	return fd;
 }
 
-/* Set the bell if someone may be waiting or watching. Under ep->lock. */
+/*
+ * Set the bell if someone may be waiting or watching. Watched from outside,
+ * every notice is a new edge, even with the bell already set: the kernel's
+ * ep_poll_callback wakes the outer instance whenever an item fires, queued
+ * or not, and an edge-triggered outer registration counts on it.
+ * Under ep->lock.
+ */
 static void ring_locked(struct shunt_epoll *ep)
 {
+	bool exposed = atomic_load(&ep->exposed);
 	uint64_t one = 1;
 
-	if (ep->bell_set || (!ep->sleepers && !atomic_load(&ep->exposed)))
+	if ((ep->bell_set && !exposed) || (!ep->sleepers && !exposed))
 		return;
 	if (syscall(SYS_write, ep->bell, &one, sizeof(one)) == sizeof(one))
 		ep->bell_set = true;
@@ -166,14 +174,65 @@ void shunt_epoll_expose(struct shunt_epoll *ep)
 	pthread_mutex_unlock(&ep->lock);
 }
 
-bool shunt_epoll_has_ready(struct shunt_epoll *ep)
+/* The events a registration has now, as poll(2) would give them. */
+static uint32_t reg_mask(struct shunt_reg *r);
+
+/* Prune @ep's ready list and those of instances nested in it. Under the notice lock. */
+static void nested_prune(struct shunt_epoll *ep)
 {
+	struct shunt_list *pos, *tmp;
+
+	shunt_epoll_ready_now(ep);
+	shunt_list_for_each_safe(pos, tmp, &ep->regs) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, ep_node);
+
+		if (r->mode == SHUNT_REG_NESTED)
+			nested_prune(r->inner);
+	}
+}
+
+bool shunt_epoll_ready_now(struct shunt_epoll *ep)
+{
+	struct shunt_list *pos, *tmp;
 	bool r;
 
 	pthread_mutex_lock(&ep->lock);
+	shunt_list_for_each_safe(pos, tmp, &ep->ready) {
+		struct shunt_reg *g = shunt_container_of(pos, struct shunt_reg, ready_node);
+
+		if (g->armed && reg_mask(g))
+			continue;
+		shunt_list_del(&g->ready_node);
+		g->queued = false;
+	}
+	shunt_epoll_unring_locked(ep);
 	r = !shunt_list_empty(&ep->ready);
 	pthread_mutex_unlock(&ep->lock);
 	return r;
+}
+
+bool shunt_epoll_readable(struct shunt_epoll *ep)
+{
+	struct pollfd p = { ep->kfd, POLLIN, 0 };
+	struct timespec zero = { 0, 0 };
+	struct shunt_list *pos, *tmp;
+
+	if (shunt_epoll_ready_now(ep))
+		return true;
+	/*
+	 * Instances nested in this one set their bells for entries that may
+	 * have stopped being ready since: prune them first (the kernel bounds
+	 * nesting, so does this recursion), then ask the kernel.
+	 */
+	pthread_mutex_lock(&shunt_notice_lock);
+	shunt_list_for_each_safe(pos, tmp, &ep->regs) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, ep_node);
+
+		if (r->mode == SHUNT_REG_NESTED)
+			nested_prune(r->inner);
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+	return syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 && (p.revents & POLLIN);
 }
 
 /* The mode a registration of @s should have now. */
@@ -188,7 +247,6 @@ static enum shunt_reg_mode mode_of(struct shunt_sock *s)
 	return SHUNT_REG_KERNEL;
 }
 
-/* The events a registration has now, as poll(2) would give them. */
 static uint32_t reg_mask(struct shunt_reg *r)
 {
 	uint32_t want = r->events | EPOLLERR | EPOLLHUP;
@@ -263,6 +321,17 @@ static long install(struct shunt_reg *r)
 			atomic_fetch_add_explicit(&end->evented, 1, memory_order_seq_cst);
 		queue_if_ready(r);
 		return 0;
+	case SHUNT_REG_NESTED:
+		/* The kernel checks loops and depth; we check readiness when it fires. */
+		ev.data.u64 = (uint64_t)(uintptr_t)r;
+		e = kctl(ep->kfd, EPOLL_CTL_ADD, r->fd, &ev);
+		if (e)
+			return e;
+		pthread_mutex_lock(&ep->lock);
+		shunt_map_put(&ep->sentinels, (uint64_t)(uintptr_t)r, r);
+		pthread_mutex_unlock(&ep->lock);
+		shunt_epoll_expose(r->inner);
+		return 0;
 	}
 	return -EINVAL;
 }
@@ -278,8 +347,9 @@ static void uninstall(struct shunt_reg *r)
 		kctl(ep->kfd, EPOLL_CTL_DEL, r->fd, NULL);
 		break;
 	case SHUNT_REG_LISTENER:
+	case SHUNT_REG_NESTED:
 		kctl(ep->kfd, EPOLL_CTL_DEL, r->fd, NULL);
-		if (r->sock->doorbell >= 0)
+		if (r->mode == SHUNT_REG_LISTENER && r->sock->doorbell >= 0)
 			kctl(ep->kfd, EPOLL_CTL_DEL, r->sock->doorbell, NULL);
 		/* Events already harvested by another thread must not reach the application. */
 		pthread_mutex_lock(&ep->lock);
@@ -314,15 +384,19 @@ static long modify(struct shunt_reg *r)
 		dequeue(r);
 		queue_if_ready(r);
 		return 0;
+	case SHUNT_REG_NESTED:
+		ev.data.u64 = (uint64_t)(uintptr_t)r;
+		return kctl(r->ep->kfd, EPOLL_CTL_MOD, r->fd, &ev);
 	}
 	return -EINVAL;
 }
 
-static struct shunt_reg *find(struct shunt_epoll *ep, struct shunt_sock *s, int fd)
+/* The registration of @fd in @ep among a watched object's watchers. */
+static struct shunt_reg *find(struct shunt_epoll *ep, struct shunt_list *watchers, int fd)
 {
 	struct shunt_list *pos, *tmp;
 
-	shunt_list_for_each_safe(pos, tmp, &s->watchers) {
+	shunt_list_for_each_safe(pos, tmp, watchers) {
 		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
 
 		if (r->ep == ep && r->fd == fd)
@@ -338,20 +412,24 @@ static void unlink_reg(struct shunt_reg *r)
 	reg_free(r);
 }
 
-/* epoll_ctl for a shunt socket, with the kernel's order of checks. */
-static int ctl_sock(struct shunt_epoll *ep, int op, int fd, struct shunt_sock *s,
-		    struct epoll_event *ev)
+/*
+ * epoll_ctl for a shunt socket (@s) or a shunt epoll instance (@inner),
+ * with the kernel's order of checks.
+ */
+static int ctl_file(struct shunt_epoll *ep, int op, int fd, struct shunt_sock *s,
+		    struct shunt_epoll *inner, struct epoll_event *ev)
 {
+	struct shunt_list *watchers = s ? &s->watchers : &inner->watchers;
 	struct shunt_reg *r;
 	long e = 0;
 
 	if (op != EPOLL_CTL_ADD && op != EPOLL_CTL_MOD && op != EPOLL_CTL_DEL)
 		return -EINVAL;
 	if (op != EPOLL_CTL_DEL && (ev->events & EPOLLEXCLUSIVE) &&
-	    (op == EPOLL_CTL_MOD || (ev->events & ~EXCLUSIVE_OK)))
+	    (op == EPOLL_CTL_MOD || inner || (ev->events & ~EXCLUSIVE_OK)))
 		return -EINVAL;
 	pthread_mutex_lock(&shunt_notice_lock);
-	r = find(ep, s, fd);
+	r = find(ep, watchers, fd);
 	switch (op) {
 	case EPOLL_CTL_ADD:
 		if (r) {
@@ -365,13 +443,14 @@ static int ctl_sock(struct shunt_epoll *ep, int op, int fd, struct shunt_sock *s
 		}
 		r->ep = ep;
 		r->sock = s;
+		r->inner = inner;
 		r->fd = fd;
 		r->events = ev->events;
 		r->data = ev->data;
 		r->armed = true;
-		r->mode = mode_of(s);
+		r->mode = s ? mode_of(s) : SHUNT_REG_NESTED;
 		shunt_list_add_tail(&ep->regs, &r->ep_node);
-		shunt_list_add_tail(&s->watchers, &r->sock_node);
+		shunt_list_add_tail(watchers, &r->sock_node);
 		e = install(r);
 		if (e)
 			unlink_reg(r);
@@ -410,26 +489,37 @@ int shunt_epoll_ctl(struct shunt_epoll *ep, int epfd, int op, int fd, struct epo
 	if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev)
 		return -EFAULT;
 	f = fd == epfd ? NULL : shunt_fdt_get_file(fd);
-	if (f && f->kind == SHUNT_FILE_SOCK) {
-		r = ctl_sock(ep, op, fd, (struct shunt_sock *)f, ev);
-		shunt_file_put(f);
-		return r;
-	}
-	/* Kernel descriptors, and epoll instances nested in this one. */
-	r = (int)kctl(epfd, op, fd, ev);
-	if (r == 0 && f && op == EPOLL_CTL_ADD)
-		shunt_epoll_expose((struct shunt_epoll *)f);
-	if (f)
-		shunt_file_put(f);
+	if (!f)
+		return (int)kctl(epfd, op, fd, ev);	/* kernel descriptors, as asked */
+	if (f->kind == SHUNT_FILE_SOCK)
+		r = ctl_file(ep, op, fd, (struct shunt_sock *)f, NULL, ev);
+	else
+		r = ctl_file(ep, op, fd, NULL, (struct shunt_epoll *)f, ev);
+	shunt_file_put(f);
 	return r;
 }
 
 void shunt_epoll_sock_changed(struct shunt_sock *s)
 {
 	struct shunt_list *pos, *tmp;
+	struct shunt_reg *exclusive = NULL;
 
-	shunt_list_for_each_safe(pos, tmp, &s->watchers)
-		queue_if_ready(shunt_container_of(pos, struct shunt_reg, sock_node));
+	shunt_list_for_each_safe(pos, tmp, &s->watchers) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
+
+		if (!(r->events & EPOLLEXCLUSIVE)) {
+			queue_if_ready(r);
+		} else if (!exclusive) {
+			/* EPOLLEXCLUSIVE: one of the exclusive instances hears of it. */
+			exclusive = r;
+			queue_if_ready(r);
+		}
+	}
+	/* The next notice goes to the next exclusive instance, round-robin. */
+	if (exclusive) {
+		shunt_list_del(&exclusive->sock_node);
+		shunt_list_add_tail(&s->watchers, &exclusive->sock_node);
+	}
 }
 
 void shunt_epoll_sock_moved(struct shunt_sock *s)
@@ -472,6 +562,15 @@ void shunt_epoll_release(struct shunt_epoll *ep)
 	struct shunt_list *pos, *tmp;
 
 	pthread_mutex_lock(&shunt_notice_lock);
+	/* Where it is nested, the kernel drops it with its file; so do our records. */
+	shunt_list_for_each_safe(pos, tmp, &ep->watchers) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
+
+		pthread_mutex_lock(&r->ep->lock);
+		shunt_map_put(&r->ep->sentinels, (uint64_t)(uintptr_t)r, TOMBSTONE);
+		pthread_mutex_unlock(&r->ep->lock);
+		unlink_reg(r);
+	}
 	shunt_list_for_each_safe(pos, tmp, &ep->regs) {
 		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, ep_node);
 

@@ -14,12 +14,16 @@
  *             scanned);
  *   LISTENER  a shunt listener: its kernel listening socket and its backlog
  *             doorbell are registered in the kernel instance with our own
- *             data, and reported as one event with the application's.
+ *             data, and reported as one event with the application's;
+ *   NESTED    another shunt epoll instance: registered with our own data
+ *             too, so that its readiness can be checked (its ready list may
+ *             hold entries that are no longer ready) before it is reported.
  *
  * A registration changes mode when its socket does (connect, listen,
- * disconnect). Each instance also holds the process's notice hub and a
- * "bell" eventfd that is set while its ready list is not empty and someone
- * may be waiting or looking from outside (nested epoll, poll).
+ * disconnect). Each instance also holds a "bell" eventfd, set while its
+ * ready list is not empty and someone may be waiting or looking from
+ * outside (nested epoll, poll). The notice hub is put in the instance only
+ * while a thread sleeps there (see epoll_wait.c).
  */
 #ifndef SHUNT_EPOLL_H
 #define SHUNT_EPOLL_H
@@ -40,6 +44,7 @@ enum shunt_reg_mode {
 	SHUNT_REG_KERNEL,
 	SHUNT_REG_CIRCUIT,
 	SHUNT_REG_LISTENER,
+	SHUNT_REG_NESTED,
 };
 
 struct shunt_epoll {
@@ -49,9 +54,11 @@ struct shunt_epoll {
 	int kfd;			/* our hidden dup of the instance, for our own calls */
 	int bell;			/* hidden eventfd registered in it, level-triggered */
 	bool bell_set;			/* under lock */
-	int sleepers;			/* under lock: threads asleep in its kernel wait */
+	int sleepers;			/* under lock: threads asleep in it; the hub is in while > 0 */
 	_Atomic bool exposed;		/* polled or nested: keep the bell exact */
 	struct shunt_list regs;		/* under shunt_notice_lock: its registrations */
+	struct shunt_list watchers;	/* under shunt_notice_lock: NESTED registrations of it */
+	bool circuit_first;		/* under lock: alternates who reports first */
 	struct shunt_list ready;	/* under lock: CIRCUIT registrations to report */
 	struct shunt_map sentinels;	/* under lock: our kernel data -> registration */
 	char bell_mark, hub_mark;	/* their addresses tag the bell's and hub's events */
@@ -62,6 +69,7 @@ struct shunt_reg {
 	struct shunt_reg *next_free;	/* under the pool lock */
 	struct shunt_epoll *ep;
 	struct shunt_sock *sock;	/* no reference: the socket's release removes us */
+	struct shunt_epoll *inner;	/* NESTED: the instance registered (no reference either) */
 	int fd;
 	uint32_t events;		/* as the application gave them */
 	epoll_data_t data;
@@ -69,7 +77,7 @@ struct shunt_reg {
 	bool armed;			/* EPOLLONESHOT has not fired since ADD/MOD */
 	bool queued;			/* under ep->lock: on ep->ready */
 	struct shunt_list ep_node;	/* under shunt_notice_lock */
-	struct shunt_list sock_node;	/* under shunt_notice_lock */
+	struct shunt_list sock_node;	/* under shunt_notice_lock: in sock or inner watchers */
 	struct shunt_list ready_node;	/* under ep->lock */
 };
 
@@ -101,8 +109,18 @@ void shunt_epoll_unring_locked(struct shunt_epoll *ep);
 /* Mark @ep as looked at from outside (nested in another epoll, or polled). */
 void shunt_epoll_expose(struct shunt_epoll *ep);
 
-/* Whether @ep has registrations ready in user space (for poll on an epoll fd). */
-bool shunt_epoll_has_ready(struct shunt_epoll *ep);
+/*
+ * Whether @ep has registrations ready in user space now, dropping the ones
+ * that no longer are (and clearing the bell if none is left): what polling
+ * an epoll descriptor from outside must see.
+ */
+bool shunt_epoll_ready_now(struct shunt_epoll *ep);
+
+/*
+ * Whether @ep is ready as the kernel's ep_eventpoll_poll would say: its
+ * ready list, or its kernel instance (after the list is pruned).
+ */
+bool shunt_epoll_readable(struct shunt_epoll *ep);
 
 /* Called by shunt_file_put when the last reference is gone. */
 void shunt_epoll_release(struct shunt_epoll *ep);

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
  * epoll_wait over a shunt epoll instance: kernel events (the application's
- * own, passed through with their data, and our LISTENER sentinels turned
- * back into one event with the application's data) plus the ready list of
- * CIRCUIT registrations, which notices fill. The thread spins briefly, then
- * sleeps in the kernel instance, which holds the notice hub and the bell.
+ * own, passed through with their data; our sentinels turned back into the
+ * application's events) plus the ready list of CIRCUIT registrations, which
+ * notices fill. The thread spins briefly, then sleeps in the instance,
+ * with the notice hub in it for as long as someone sleeps there. Kernel
+ * calls use our own descriptor of the instance: the application's may be
+ * closed by another thread meanwhile, and the kernel's epoll_wait goes on.
  */
 #include <errno.h>
 #include <limits.h>
-#include <stdlib.h>
+#include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -23,29 +25,45 @@
 
 enum { KBUF = 64 };
 
-/* What one harvest of kernel events gave. */
+/* The events being gathered for the application. */
 struct harvest {
 	struct epoll_event *out;	/* the application's array */
 	int n, max;
-	bool hub_fired;
+	bool hub_fired;			/* the notice hub was among the kernel's events */
 };
 
+/* Add @mask for registration @r, once per call: a listener's two kernel halves make one. */
+static void report(struct harvest *h, struct shunt_reg *r, uint32_t mask)
+{
+	for (int j = 0; j < h->n; j++) {
+		if (h->out[j].data.u64 == r->data.u64 && r->mode == SHUNT_REG_LISTENER) {
+			h->out[j].events |= mask;
+			return;
+		}
+	}
+	if (mask && h->n < h->max) {
+		h->out[h->n].events = mask;
+		h->out[h->n++].data = r->data;
+	}
+}
+
 /*
- * Sort kernel events: ours (hub, bell, LISTENER sentinels) are consumed or
- * translated, the application's are copied out as they are. A LISTENER's
- * two kernel registrations may both fire: they make one event.
+ * Sort kernel events: the bell and the hub are ours alone (the ready list
+ * and the links say what they meant), sentinels are translated, the
+ * application's are copied as they are.
  */
 static void absorb(struct shunt_epoll *ep, const struct epoll_event *k, int nk, struct harvest *h)
 {
 	for (int i = 0; i < nk; i++) {
 		struct shunt_reg *r;
+		uint32_t want;
 
+		if (k[i].data.ptr == &ep->bell_mark)
+			continue;
 		if (k[i].data.ptr == &ep->hub_mark) {
 			h->hub_fired = true;
 			continue;
 		}
-		if (k[i].data.ptr == &ep->bell_mark)
-			continue;	/* the ready list says what the bell meant */
 		pthread_mutex_lock(&ep->lock);
 		r = shunt_map_get(&ep->sentinels, k[i].data.u64);
 		pthread_mutex_unlock(&ep->lock);
@@ -55,29 +73,28 @@ static void absorb(struct shunt_epoll *ep, const struct epoll_event *k, int nk, 
 			h->out[h->n++] = k[i];
 			continue;
 		}
-		uint32_t mask = k[i].events & (r->events | EPOLLERR | EPOLLHUP);
-		int j;
-
-		for (j = 0; j < h->n; j++)
-			if (h->out[j].data.u64 == r->data.u64 && (h->out[j].events & EPOLLIN))
-				break;
-		if (j < h->n) {
-			h->out[j].events |= mask;
-		} else if (mask) {
-			h->out[h->n].events = mask;
-			h->out[h->n++].data = r->data;
+		want = r->events | EPOLLERR | EPOLLHUP;
+		if (r->mode == SHUNT_REG_NESTED) {
+			/* Stale entries of the inner instance must not make it look ready. */
+			if (shunt_epoll_readable(r->inner))
+				report(h, r, k[i].events & want);
+			continue;
 		}
+		/* A listener with a queued connection: what inet_csk_listen_poll says. */
+		report(h, r, (k[i].events | (k[i].events & EPOLLIN ? EPOLLRDNORM : 0)) & want);
 	}
 }
 
 /* Harvest kernel events into @h without blocking, up to the room left. */
-static int harvest_now(struct shunt_epoll *ep, int epfd, struct harvest *h)
+static int harvest_now(struct shunt_epoll *ep, struct harvest *h)
 {
 	struct epoll_event k[KBUF];
 	int room = h->max - h->n, nk;
 
 	/* Never take more than fits: an edge-triggered event taken is gone. */
-	nk = (int)syscall(SYS_epoll_wait, epfd, k, room < KBUF ? room : KBUF, 0);
+	if (room <= 0)
+		return 0;
+	nk = (int)syscall(SYS_epoll_wait, ep->kfd, k, room < KBUF ? room : KBUF, 0);
 	if (nk < 0)
 		return -errno;
 	absorb(ep, k, nk, h);
@@ -117,8 +134,36 @@ static void collect(struct shunt_epoll *ep, struct harvest *h)
 	pthread_mutex_unlock(&ep->lock);
 }
 
-/* Sleep in the kernel instance until an event, the timeout or a signal. */
-static int sleep_kernel(struct shunt_epoll *ep, int epfd, struct harvest *h, int64_t deadline,
+/*
+ * Everything ready now, kernel and circuit events in turn first from one
+ * call to the next, so that with a small maxevents neither kind starves
+ * (the kernel's ready list is round-robin too).
+ */
+static int gather(struct shunt_epoll *ep, struct harvest *h, bool ask_kernel)
+{
+	bool circuits_first;
+	int r = 0;
+
+	pthread_mutex_lock(&ep->lock);
+	circuits_first = ep->circuit_first = !ep->circuit_first;
+	pthread_mutex_unlock(&ep->lock);
+	if (circuits_first)
+		collect(ep, h);
+	if (ask_kernel)
+		r = harvest_now(ep, h);
+	if (!circuits_first)
+		collect(ep, h);
+	return r < 0 ? r : h->n;
+}
+
+/*
+ * Sleep in the kernel instance until an event, the timeout or a signal, as
+ * epoll_pwait2 does (EINTR after a stop and continue too, where ppoll would
+ * restart). The notice hub sits in the instance only while someone sleeps
+ * there: always there, it would add a level of nesting and make the
+ * instance look ready from outside on every notice. Returns >= 0 or -errno.
+ */
+static int sleep_kernel(struct shunt_epoll *ep, struct harvest *h, int64_t deadline,
 			const sigset_t *mask)
 {
 	struct epoll_event k[KBUF];
@@ -134,12 +179,59 @@ static int sleep_kernel(struct shunt_epoll *ep, int epfd, struct harvest *h, int
 		ts.tv_nsec = left % 1000000000;
 		tsp = &ts;
 	}
-	nk = (int)syscall(SYS_epoll_pwait2, epfd, k, room < KBUF ? room : KBUF, tsp, mask,
+	nk = (int)syscall(SYS_epoll_pwait2, ep->kfd, k, room < KBUF ? room : KBUF, tsp, mask,
 			  mask ? _NSIG / 8 : 0);
 	if (nk < 0)
 		return -errno;
 	absorb(ep, k, nk, h);
 	return nk;
+}
+
+/* The first sleeper puts the hub in the instance, the last takes it out. */
+static void hub_sleeper(struct shunt_epoll *ep, int delta)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &ep->hub_mark };
+
+	pthread_mutex_lock(&ep->lock);
+	if (delta > 0 && ep->sleepers++ == 0)
+		syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_ADD, shunt_notice_hub(), &ev);
+	if (delta < 0 && --ep->sleepers == 0)
+		syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_DEL, shunt_notice_hub(), NULL);
+	pthread_mutex_unlock(&ep->lock);
+}
+
+/*
+ * epoll_wait with a NULL array: the kernel waits as usual and fails with
+ * EFAULT only when it has an event to copy out (which stays queued). So we
+ * wait for readiness without taking anything.
+ */
+static int wait_null(struct shunt_epoll *ep, int64_t timeout_ns, const sigset_t *mask)
+{
+	int64_t deadline = timeout_ns >= 0 ? shunt_now_ns() + timeout_ns : -1;
+
+	for (;;) {
+		struct pollfd p[2] = { { ep->kfd, POLLIN, 0 }, { shunt_notice_hub(), POLLIN, 0 } };
+		struct timespec ts, *tsp = NULL;
+
+		shunt_notice_drain(true);
+		if (shunt_epoll_readable(ep))
+			return -EFAULT;
+		if (deadline >= 0) {
+			int64_t left = deadline - shunt_now_ns();
+
+			if (left <= 0)
+				return 0;
+			ts.tv_sec = left / 1000000000;
+			ts.tv_nsec = left % 1000000000;
+			tsp = &ts;
+		}
+		shunt_notice_sleepers(+1);
+		long r = syscall(SYS_ppoll, p, 2, tsp, mask, mask ? _NSIG / 8 : 0);
+
+		shunt_notice_sleepers(-1);
+		if (r < 0)
+			return -errno;
+	}
 }
 
 int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *events, int max,
@@ -149,27 +241,25 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
 	int64_t spin_ns = mask ? 0 : shunt_wait_spin_ns();
 	struct harvest h = { .out = events, .max = max };
-	bool circuits;
 
 	if (max <= 0 || max > INT_MAX / (int)sizeof(struct epoll_event))
 		return -EINVAL;
 	if (!events)
-		return -EFAULT;
+		return wait_null(ep, timeout_ns, mask);
 	for (unsigned round = 0;; round++) {
+		bool circuits;
 		int r;
 
+		/* Notices first: they fill the ready list and set inner bells. */
+		shunt_notice_drain(h.hub_fired);
+		h.hub_fired = false;
 		pthread_mutex_lock(&shunt_notice_lock);
 		circuits = !shunt_list_empty(&ep->regs);
 		pthread_mutex_unlock(&shunt_notice_lock);
 		/* While spinning, ask the kernel only now and then: it is a system call. */
-		if (round == 0 || !(round % 32) || !circuits) {
-			r = harvest_now(ep, epfd, &h);
-			if (r < 0)
-				return r;
-		}
-		shunt_notice_drain(h.hub_fired);
-		h.hub_fired = false;
-		collect(ep, &h);
+		r = gather(ep, &h, round == 0 || !(round % 32) || !circuits);
+		if (r < 0)
+			return r;
 		if (h.n || timeout_ns == 0)
 			return h.n;
 		int64_t now = shunt_now_ns();
@@ -184,23 +274,18 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 		 * Sleep: announce ourselves (to notifiers through the links, to
 		 * routers through the bell), look once more, then wait.
 		 */
-		pthread_mutex_lock(&ep->lock);
-		ep->sleepers++;
-		pthread_mutex_unlock(&ep->lock);
+		hub_sleeper(ep, +1);
 		shunt_notice_sleepers(+1);
 		r = 0;
-		if (!shunt_notice_drain(false) && !shunt_epoll_has_ready(ep))
-			r = sleep_kernel(ep, epfd, &h, deadline, mask);
+		if (!shunt_notice_drain(false) && !shunt_epoll_ready_now(ep))
+			r = sleep_kernel(ep, &h, deadline, mask);
 		shunt_notice_sleepers(-1);
-		pthread_mutex_lock(&ep->lock);
-		ep->sleepers--;
-		pthread_mutex_unlock(&ep->lock);
+		hub_sleeper(ep, -1);
 		if (r < 0)
 			return r;	/* EINTR: epoll_wait is never restarted */
-		shunt_notice_drain(h.hub_fired);
-		h.hub_fired = false;
-		collect(ep, &h);
 		if (h.n)
 			return h.n;
+		/* Look at the kernel right away: round 1 of the next pass may not. */
+		round = UINT_MAX;
 	}
 }

@@ -46,10 +46,10 @@ SHUNT_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	return (int)shunt_ret(r, saved);
 }
 
-static int do_wait(int epfd, struct epoll_event *events, int max, int64_t timeout_ns,
-		   const sigset_t *mask)
+/* Wait on our instance @ep (a reference held, dropped here). */
+static int do_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *events, int max,
+		   int64_t timeout_ns, const sigset_t *mask)
 {
-	struct shunt_epoll *ep = shunt_fdt_get_epoll(epfd);
 	int saved = errno, r;
 
 	r = shunt_epoll_wait(ep, epfd, events, max, timeout_ns, mask);
@@ -59,27 +59,38 @@ static int do_wait(int epfd, struct epoll_event *events, int max, int64_t timeou
 
 SHUNT_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int timeout)
 {
+	struct shunt_epoll *ep;
+
 	shunt_ensure_init();
-	if (!shunt_fdt_is_ours(epfd))
+	ep = shunt_fdt_get_epoll(epfd);
+	if (!ep)
 		return shunt_libc.epoll_wait(epfd, events, max, timeout);
-	return do_wait(epfd, events, max, timeout < 0 ? -1 : timeout * 1000000LL, NULL);
+	return do_wait(ep, epfd, events, max, timeout < 0 ? -1 : timeout * 1000000LL, NULL);
 }
 
 SHUNT_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int timeout,
 			     const sigset_t *mask)
 {
+	struct shunt_epoll *ep;
+
 	shunt_ensure_init();
-	if (!shunt_fdt_is_ours(epfd))
+	ep = shunt_fdt_get_epoll(epfd);
+	if (!ep)
 		return shunt_libc.epoll_pwait(epfd, events, max, timeout, mask);
-	return do_wait(epfd, events, max, timeout < 0 ? -1 : timeout * 1000000LL, mask);
+	return do_wait(ep, epfd, events, max, timeout < 0 ? -1 : timeout * 1000000LL, mask);
 }
 
 SHUNT_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int max,
 			      const struct timespec *ts, const sigset_t *mask)
 {
+	struct shunt_epoll *ep;
+
 	shunt_ensure_init();
-	if (!shunt_fdt_is_ours(epfd) ||
-	    (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000)))
+	if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000))
 		return shunt_libc.epoll_pwait2(epfd, events, max, ts, mask);
-	return do_wait(epfd, events, max, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1, mask);
+	ep = shunt_fdt_get_epoll(epfd);
+	if (!ep)
+		return shunt_libc.epoll_pwait2(epfd, events, max, ts, mask);
+	return do_wait(ep, epfd, events, max, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1,
+		       mask);
 }

@@ -138,7 +138,7 @@ SHUNT_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 	int saved = errno;
 
 	shunt_ensure_init();
-	if (!shunt_poll_has_ours(fds, n))
+	if (!fds || !shunt_poll_has_ours(fds, n))
 		return shunt_libc.poll(fds, n, timeout);
 	return (int)shunt_ret(shunt_op_poll(fds, n, timeout < 0 ? -1 : timeout * 1000000LL, NULL),
 			      saved);
@@ -162,7 +162,7 @@ SHUNT_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 	int saved = errno;
 
 	shunt_ensure_init();
-	if (!valid_timespec(ts) || !shunt_poll_has_ours(fds, n))
+	if (!fds || !valid_timespec(ts) || !shunt_poll_has_ours(fds, n))
 		return shunt_libc.ppoll(fds, n, ts, mask);
 	return (int)shunt_ret(shunt_op_poll(fds, n, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1,
 					    mask),

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 
 #include "preload/conn.h"
@@ -146,7 +147,9 @@ static int set_collect(struct poll_set *ps)
 			rev |= ps->k[e->kidx].revents;
 		if (e->didx >= 0 && (ps->k[e->didx].revents & POLLIN))
 			rev |= (short)(ps->app[i].events & (POLLIN | POLLRDNORM));
-		if (e->ep && shunt_epoll_has_ready(e->ep))
+		if (e->ep && (rev & POLLIN) && !shunt_epoll_readable(e->ep))
+			rev &= (short)~(POLLIN | POLLRDNORM);	/* only stale entries made it look ready */
+		else if (e->ep && shunt_epoll_ready_now(e->ep))
 			rev |= (short)(ps->app[i].events & (POLLIN | POLLRDNORM));
 		ps->app[i].revents = rev;
 		count += rev != 0;
@@ -182,6 +185,11 @@ static void arm(struct poll_set *ps, int delta)
 int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
 {
 	int64_t start = shunt_now_ns(), spin_ns = mask ? 0 : shunt_wait_spin_ns();
+	struct rlimit rl;
+
+	/* As do_sys_poll: more entries than the descriptor limit is EINVAL. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && n > rl.rlim_cur)
+		return -EINVAL;
 	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
 	struct timespec zero = { 0, 0 };
 	struct poll_set ps;
@@ -313,6 +321,15 @@ int shunt_op_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int64_t timeou
 				count++;
 		}
 		r = count;
+		/* The kernel writes whole words back: bits past nfds in the last one read 0. */
+		for (int fd = nfds; fd % (8 * (int)sizeof(long)); fd++) {
+			if (rd)
+				FD_CLR(fd, rd);
+			if (wr)
+				FD_CLR(fd, wr);
+			if (ex)
+				FD_CLR(fd, ex);
+		}
 	}
 	if (left_ns && timeout_ns >= 0) {
 		int64_t l = timeout_ns - (shunt_now_ns() - start);
