@@ -4,10 +4,11 @@
  * a number of bytes, says so on stdout, then waits for EOF in recv() or poll()
  * (an idle connection) and reports what it saw.
  *
- *   peer server PORTFILE SEND_BYTES [poll|close]   listen on 127.0.0.1:0, write the port
- *   peer client PORT SEND_BYTES [poll|close]       connect to 127.0.0.1:PORT
+ *   peer server PORTFILE SEND_BYTES [poll|epoll|close]   listen on 127.0.0.1:0, write the port
+ *   peer client PORT SEND_BYTES [poll|epoll|close]       connect to 127.0.0.1:PORT
  *
- * With "close", it closes the connection and exits right after sending.
+ * With "poll" or "epoll" it waits in that call before each recv; with
+ * "close", it closes the connection and exits right after sending.
  */
 #include <errno.h>
 #include <poll.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 static int fail(const char *what)
@@ -40,19 +42,28 @@ static int send_all(int fd, size_t n)
 	return 0;
 }
 
-/* Wait for the peer's EOF (or an error), idle in recv or in poll. */
-static int wait_eof(int fd, int use_poll)
+enum wait_mode { WAIT_RECV, WAIT_POLL, WAIT_EPOLL };
+
+/* Wait for the peer's EOF (or an error), idle in recv, poll or epoll_wait. */
+static int wait_eof(int fd, enum wait_mode mode)
 {
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
 	char buf[4096];
 	long total = 0;
+	int ep = -1;
 
+	if (mode == WAIT_EPOLL && ((ep = epoll_create1(0)) < 0 ||
+				   epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0))
+		return fail("epoll");
 	for (;;) {
-		if (use_poll) {
+		if (mode == WAIT_POLL) {
 			struct pollfd p = { fd, POLLIN, 0 };
 
 			if (poll(&p, 1, -1) < 0)
 				return fail("poll");
 		}
+		if (mode == WAIT_EPOLL && epoll_wait(ep, &ev, 1, -1) < 0)
+			return fail("epoll_wait");
 		ssize_t r = recv(fd, buf, sizeof(buf), 0);
 
 		if (r < 0) {
@@ -70,13 +81,15 @@ static int wait_eof(int fd, int use_poll)
 int main(int argc, char **argv)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
-	int use_poll = argc > 4 && !strcmp(argv[4], "poll");
-	int close_now = argc > 4 && !strcmp(argv[4], "close");
+	const char *how = argc > 4 ? argv[4] : "recv";
+	enum wait_mode mode = !strcmp(how, "poll") ? WAIT_POLL :
+			      !strcmp(how, "epoll") ? WAIT_EPOLL : WAIT_RECV;
+	int close_now = !strcmp(how, "close");
 	size_t n;
 	int fd;
 
 	if (argc < 4)
-		return fprintf(stderr, "usage: peer server PORTFILE N [poll] | client PORT N [poll]\n"), 2;
+		return fprintf(stderr, "usage: peer server PORTFILE N [how] | client PORT N [how]\n"), 2;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	n = strtoul(argv[3], NULL, 10);
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -102,7 +115,7 @@ int main(int argc, char **argv)
 		if (send_all(c, n) < 0)
 			return fail("send");
 		printf("sent %zu\n", n);
-		return close_now ? close(c) : wait_eof(c, use_poll);
+		return close_now ? close(c) : wait_eof(c, mode);
 	}
 	a.sin_port = htons((uint16_t)atoi(argv[2]));
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
@@ -110,5 +123,5 @@ int main(int argc, char **argv)
 	if (send_all(fd, n) < 0)
 		return fail("send");
 	printf("sent %zu\n", n);
-	return close_now ? close(fd) : wait_eof(fd, use_poll);
+	return close_now ? close(fd) : wait_eof(fd, mode);
 }

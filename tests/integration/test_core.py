@@ -115,10 +115,10 @@ def wait_for(cond, timeout=5, what="condition"):
 
 
 @pytest.mark.shunt
-@pytest.mark.parametrize("mode", ["recv", "poll"])
+@pytest.mark.parametrize("mode", ["recv", "poll", "epoll"])
 def test_idle_connection_costs_no_cpu(peers, mode):
-    """Both ends blocked on an idle circuit (in recv, or in poll) for 5 s use
-    at most two clock ticks each: they sleep, they do not spin."""
+    """Both ends blocked on an idle circuit (in recv, poll or epoll_wait) for
+    5 s use at most two clock ticks each: they sleep, they do not spin."""
     server, client = peers(100, 100, mode)
     time.sleep(1)  # past the spin-then-yield phase
     before = (server.cpu_ticks(), client.cpu_ticks())
