@@ -12,7 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/select.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -625,4 +632,290 @@ uint64_t t_env_u64(const char *name, uint64_t dflt)
 		t_fatal("%s=%s: expected a number with optional K/M/G", name, s);
 	}
 	return v;
+}
+
+const char *t_epoll_str(uint32_t events)
+{
+	static const struct {
+		uint32_t bit;
+		const char *name;
+	} names[] = {
+		{ EPOLLIN, "EPOLLIN" },		{ EPOLLPRI, "EPOLLPRI" },
+		{ EPOLLOUT, "EPOLLOUT" },	{ EPOLLERR, "EPOLLERR" },
+		{ EPOLLHUP, "EPOLLHUP" },
+		{ EPOLLRDNORM, "EPOLLRDNORM" }, { EPOLLRDBAND, "EPOLLRDBAND" },
+		{ EPOLLWRNORM, "EPOLLWRNORM" }, { EPOLLWRBAND, "EPOLLWRBAND" },
+		{ EPOLLMSG, "EPOLLMSG" },	{ EPOLLRDHUP, "EPOLLRDHUP" },
+		{ EPOLLEXCLUSIVE, "EPOLLEXCLUSIVE" }, { EPOLLWAKEUP, "EPOLLWAKEUP" },
+		{ EPOLLONESHOT, "EPOLLONESHOT" }, { EPOLLET, "EPOLLET" },
+	};
+	static _Thread_local char buf[256];
+	size_t i, len = 0;
+
+	buf[0] = '\0';
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!(events & names[i].bit))
+			continue;
+		len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%s",
+					len ? "|" : "", names[i].name);
+		events &= ~names[i].bit;
+	}
+	if (events)
+		snprintf(buf + len, sizeof(buf) - len, "%s%#x", len ? "|" : "", events);
+	else if (!len)
+		strcpy(buf, "0");
+	return buf;
+}
+
+const char *t_select1_str(int fd, int timeout_ms)
+{
+	static _Thread_local char buf[32];
+	struct timeval tv = { .tv_sec = timeout_ms / 1000,
+			      .tv_usec = (timeout_ms % 1000) * 1000 };
+	fd_set rd, wr, ex;
+	int n;
+
+	if (fd < 0 || fd >= FD_SETSIZE) {
+		errno = EBADF;
+		t_fatal("t_select1_str: fd %d outside an fd_set", fd);
+	}
+	FD_ZERO(&rd);
+	FD_ZERO(&wr);
+	FD_ZERO(&ex);
+	FD_SET(fd, &rd);
+	FD_SET(fd, &wr);
+	FD_SET(fd, &ex);
+	n = select(fd + 1, &rd, &wr, &ex, timeout_ms < 0 ? NULL : &tv);
+	if (n < 0) {
+		snprintf(buf, sizeof(buf), "-1 %s", t_errname(errno));
+		return buf;
+	}
+	snprintf(buf, sizeof(buf), "%c%c%c", FD_ISSET(fd, &rd) ? 'r' : '-',
+		 FD_ISSET(fd, &wr) ? 'w' : '-', FD_ISSET(fd, &ex) ? 'x' : '-');
+	return buf;
+}
+
+static int event_cmp(const void *a, const void *b)
+{
+	const struct epoll_event *x = a, *y = b;
+
+	if (x->data.u64 != y->data.u64)
+		return x->data.u64 < y->data.u64 ? -1 : 1;
+	return (x->events > y->events) - (x->events < y->events);
+}
+
+int t_epoll_wait_sorted(int epfd, struct epoll_event *evs, int max, int timeout_ms)
+{
+	int n;
+
+	do
+		n = epoll_wait(epfd, evs, max, timeout_ms);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		t_fatal("epoll_wait");
+	qsort(evs, (size_t)n, sizeof(*evs), event_cmp);
+	return n;
+}
+
+pid_t t_spawn_unpreloaded(const char *self, char *const argv[])
+{
+	extern char **environ;
+	size_t n = 0, i, j = 0;
+	char **env;
+	pid_t pid;
+
+	while (environ[n])
+		n++;
+	env = calloc(n + 1, sizeof(*env));
+	if (!env)
+		t_fatal("calloc");
+	for (i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11))
+			env[j++] = environ[i];
+	pid = t_fork();
+	if (pid == 0) {
+		execve(self, argv, env);
+		fprintf(stderr, "execve(%s): %s\n", self, strerror(errno));
+		_exit(127);
+	}
+	free(env);
+	return pid;
+}
+
+const char *t_self_path(const char *argv0)
+{
+	return strchr(argv0, '/') ? argv0 : "/proc/self/exe";
+}
+
+const char *t_kfd_name(enum t_kfd which)
+{
+	static const char *const names[T_KFD_COUNT] = {
+		[T_KFD_PIPE_RD] = "pipe_rd",   [T_KFD_PIPE_WR] = "pipe_wr",
+		[T_KFD_TIMERFD] = "timerfd",   [T_KFD_EVENTFD] = "eventfd",
+		[T_KFD_SIGNALFD] = "signalfd", [T_KFD_FILE] = "file",
+		[T_KFD_DEVNULL] = "devnull",   [T_KFD_UNIX] = "unix",
+		[T_KFD_UDP] = "udp",	       [T_KFD_PTY] = "pty",
+		[T_KFD_EPOLL] = "epoll",
+	};
+
+	return which < T_KFD_COUNT ? names[which] : "?";
+}
+
+void t_kfds_open(struct t_kfds *k)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct sockaddr_in sin = { .sin_family = AF_INET,
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int p[2], one = 1;
+	sigset_t set;
+
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0)
+		t_fatal("pipe2");
+	k->fd[T_KFD_PIPE_RD] = p[0];
+	k->fd[T_KFD_PIPE_WR] = p[1];
+	k->fd[T_KFD_TIMERFD] = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (k->fd[T_KFD_TIMERFD] < 0)
+		t_fatal("timerfd_create");
+	k->fd[T_KFD_EVENTFD] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (k->fd[T_KFD_EVENTFD] < 0)
+		t_fatal("eventfd");
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR2);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+		t_fatal("sigprocmask");
+	k->fd[T_KFD_SIGNALFD] = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (k->fd[T_KFD_SIGNALFD] < 0)
+		t_fatal("signalfd");
+	k->fd[T_KFD_FILE] = memfd_create("t_kfds", MFD_CLOEXEC);
+	if (k->fd[T_KFD_FILE] < 0)
+		t_fatal("memfd_create");
+	k->fd[T_KFD_DEVNULL] = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (k->fd[T_KFD_DEVNULL] < 0)
+		t_fatal("open(/dev/null)");
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, p) < 0)
+		t_fatal("socketpair");
+	k->fd[T_KFD_UNIX] = p[0];
+	k->unix_peer = p[1];
+	k->fd[T_KFD_UDP] = t_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (bind(k->fd[T_KFD_UDP], (struct sockaddr *)&sin, sizeof(sin)) < 0)
+		t_fatal("bind(udp)");
+	k->fd[T_KFD_PTY] = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (k->fd[T_KFD_PTY] < 0 || grantpt(k->fd[T_KFD_PTY]) < 0 ||
+	    unlockpt(k->fd[T_KFD_PTY]) < 0)
+		t_fatal("posix_openpt");
+	if (ioctl(k->fd[T_KFD_PTY], TIOCPKT, &one) < 0)
+		t_fatal("ioctl(TIOCPKT)");
+	t_set_nonblock(k->fd[T_KFD_PTY], true);
+	k->pty_slave = open(ptsname(k->fd[T_KFD_PTY]), O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (k->pty_slave < 0)
+		t_fatal("open(pty slave)");
+	k->fd[T_KFD_EPOLL] = epoll_create1(EPOLL_CLOEXEC);
+	if (k->fd[T_KFD_EPOLL] < 0)
+		t_fatal("epoll_create1");
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0)
+		t_fatal("pipe2");
+	k->inner_rd = p[0];
+	k->inner_wr = p[1];
+	ev.data.fd = k->inner_rd;
+	if (epoll_ctl(k->fd[T_KFD_EPOLL], EPOLL_CTL_ADD, k->inner_rd, &ev) < 0)
+		t_fatal("epoll_ctl(ADD, pipe)");
+}
+
+void t_kfds_ready(struct t_kfds *k)
+{
+	struct itimerspec its = { .it_value = { 0, 1000 } };
+	uint64_t one = 1;
+	struct sockaddr_in self;
+	socklen_t len = sizeof(self);
+
+	if (write(k->fd[T_KFD_PIPE_WR], "p", 1) != 1 || write(k->inner_wr, "i", 1) != 1)
+		t_fatal("write(pipe)");
+	if (timerfd_settime(k->fd[T_KFD_TIMERFD], 0, &its, NULL) < 0)
+		t_fatal("timerfd_settime");
+	if (write(k->fd[T_KFD_EVENTFD], &one, sizeof(one)) != sizeof(one))
+		t_fatal("write(eventfd)");
+	if (kill(getpid(), SIGUSR2) < 0)
+		t_fatal("kill(SIGUSR2)");
+	if (write(k->unix_peer, "u", 1) != 1)
+		t_fatal("write(unix)");
+	if (getsockname(k->fd[T_KFD_UDP], (struct sockaddr *)&self, &len) < 0 ||
+	    sendto(k->fd[T_KFD_UDP], "d", 1, 0, (struct sockaddr *)&self, len) != 1)
+		t_fatal("sendto(udp)");
+	if (tcflush(k->pty_slave, TCIFLUSH) < 0)
+		t_fatal("tcflush(pty)");
+	// The timer expires asynchronously; the rest is there already.
+	t_wait_event(k->fd[T_KFD_TIMERFD], POLLIN);
+}
+
+void t_kfds_drain(struct t_kfds *k)
+{
+	char buf[256];
+	uint64_t v;
+	struct signalfd_siginfo si;
+	struct itimerspec off = { { 0, 0 }, { 0, 0 } };
+
+	while (read(k->fd[T_KFD_PIPE_RD], buf, sizeof(buf)) > 0)
+		;
+	while (read(k->inner_rd, buf, sizeof(buf)) > 0)
+		;
+	if (timerfd_settime(k->fd[T_KFD_TIMERFD], 0, &off, NULL) < 0)
+		t_fatal("timerfd_settime");
+	(void)!read(k->fd[T_KFD_TIMERFD], &v, sizeof(v));
+	(void)!read(k->fd[T_KFD_EVENTFD], &v, sizeof(v));
+	while (read(k->fd[T_KFD_SIGNALFD], &si, sizeof(si)) > 0)
+		;
+	while (read(k->fd[T_KFD_UNIX], buf, sizeof(buf)) > 0)
+		;
+	while (recv(k->fd[T_KFD_UDP], buf, sizeof(buf), 0) > 0)
+		;
+	while (read(k->fd[T_KFD_PTY], buf, sizeof(buf)) > 0)
+		;
+}
+
+void t_kfds_close(struct t_kfds *k)
+{
+	for (int i = 0; i < T_KFD_COUNT; i++)
+		close(k->fd[i]);
+	close(k->unix_peer);
+	close(k->pty_slave);
+	close(k->inner_rd);
+	close(k->inner_wr);
+}
+
+// The state letter of a thread from /proc, '?' if unreadable.
+static char thread_state(pid_t pid, pid_t tid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return '?';
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return '?';
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); // the name may hold spaces and parentheses
+	return p && p[1] == ' ' ? p[2] : '?';
+}
+
+void t_wait_asleep(pid_t pid, pid_t tid, unsigned quiet_ms)
+{
+	int64_t start = t_now_ns();
+
+	for (;;) {
+		if (thread_state(pid, tid) == 'S') {
+			t_sleep_ms(quiet_ms);
+			if (thread_state(pid, tid) == 'S')
+				return;
+		}
+		if (t_elapsed_ms(start) > T_WAIT_MS) {
+			errno = 0;
+			t_fatal("thread %d never blocked", (int)tid);
+		}
+		t_sleep_ms(1);
+	}
 }

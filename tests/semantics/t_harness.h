@@ -168,4 +168,59 @@ uint64_t t_fnv1a(uint64_t h, const void *buf, size_t n);
 // Unsigned number from the environment, with optional K/M/G suffix.
 uint64_t t_env_u64(const char *name, uint64_t dflt);
 
+// Event interfaces (the t_ev_* programs).
+struct epoll_event;
+// "EPOLLIN|EPOLLRDHUP", "0" for none; per-thread buffer, valid until the
+// calling thread's next call.
+const char *t_epoll_str(uint32_t events);
+// select() on one fd for reading, writing and exceptions, waiting up to
+// timeout_ms (-1: forever): "rwx" with '-' for a set the fd is not in, e.g.
+// "-w-", or "-1 EBADF" when select fails. Per-thread buffer.
+const char *t_select1_str(int fd, int timeout_ms);
+// epoll_wait() retried on EINTR, fatal on other errors; the events are sorted
+// by data.u64, then by mask, so a trace never depends on the kernel's order.
+int t_epoll_wait_sorted(int epfd, struct epoll_event *evs, int max, int timeout_ms);
+// Fork and execve `self` with argv (argv[0] should be self) in an environment
+// without LD_PRELOAD: a peer that runs without the library. Fatal on failure.
+pid_t t_spawn_unpreloaded(const char *self, char *const argv[]);
+// This program's path for t_spawn_unpreloaded: argv[0] when it holds a '/'
+// (/proc/self/exe is the loader when a launcher runs `ld.so PROGRAM`).
+const char *t_self_path(const char *argv0);
+
+// Kernel descriptors of many kinds, to mix with TCP sockets in one event
+// call. t_kfds_open makes them all idle (nothing to read: a pipe, a disarmed
+// timerfd, an eventfd at 0, a signalfd for SIGUSR2, which it blocks, ...);
+// t_kfds_ready makes every readable kind readable (SIGUSR2 is sent to the
+// process), t_kfds_drain makes them idle again. Fatal on failure.
+enum t_kfd {
+	T_KFD_PIPE_RD,	 // read end of a pipe
+	T_KFD_PIPE_WR,	 // its write end
+	T_KFD_TIMERFD,	 // CLOCK_MONOTONIC timerfd
+	T_KFD_EVENTFD,	 // eventfd, counter 0
+	T_KFD_SIGNALFD,	 // signalfd for SIGUSR2
+	T_KFD_FILE,	 // a regular file (memfd)
+	T_KFD_DEVNULL,	 // /dev/null
+	T_KFD_UNIX,	 // AF_UNIX stream socket of a socketpair
+	T_KFD_UDP,	 // UDP socket bound to 127.0.0.1
+	T_KFD_PTY,	 // pty master in packet mode: POLLPRI on a flush
+	T_KFD_EPOLL,	 // epoll instance holding inner_rd, a pipe of its own
+	T_KFD_COUNT
+};
+struct t_kfds {
+	int fd[T_KFD_COUNT];
+	int unix_peer, pty_slave; // the other ends, not polled
+	int inner_rd, inner_wr;	  // the pipe inside T_KFD_EPOLL
+};
+void t_kfds_open(struct t_kfds *k);
+void t_kfds_ready(struct t_kfds *k);
+void t_kfds_drain(struct t_kfds *k);
+void t_kfds_close(struct t_kfds *k);
+// "pipe_rd", "timerfd", ...
+const char *t_kfd_name(enum t_kfd which);
+
+// Wait until thread `tid` of process `pid` has been asleep (state S in
+// /proc) for `quiet_ms`: blocked in the call it was about to make. Fatal
+// after T_WAIT_MS.
+void t_wait_asleep(pid_t pid, pid_t tid, unsigned quiet_ms);
+
 #endif
