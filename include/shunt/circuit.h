@@ -12,10 +12,16 @@
 #include <stdint.h>
 
 #define SHUNT_CIRCUIT_MAGIC 0x746e6873u /* "shnt" little-endian */
-#define SHUNT_CIRCUIT_VERSION 1u
+#define SHUNT_CIRCUIT_VERSION 2u
 
 enum shunt_circuit_geometry {
 	SHUNT_CACHELINE = 64,
+	/*
+	 * Fields written by different parties are this far apart: CPUs fetch
+	 * lines in pairs (the adjacent-line prefetcher), so two lines of one
+	 * 128-byte block still travel together.
+	 */
+	SHUNT_SHARE_APART = 128,
 	SHUNT_CIRCUIT_HDR_SIZE = 4096,
 	SHUNT_RING_MIN = 4096,
 	SHUNT_RING_MAX = 64 << 20,
@@ -36,7 +42,7 @@ enum shunt_setup_state {
 };
 
 /*
- * State bits of one end, written only by that end (or by shuntd once the
+ * State bits of one end, written by its holders (or by shuntd once the last
  * process holding it is gone). They only ever get set, never cleared.
  */
 enum shunt_end_state {
@@ -46,17 +52,43 @@ enum shunt_end_state {
 	SHUNT_END_RESET = 1u << 3,	/* abortive close: the peer sees ECONNRESET */
 };
 
+/* Flags of one end that only its holders read (the peer ignores them). */
+enum shunt_end_flags {
+	SHUNT_FLAG_DEAD = 1u << 0,	/* reset seen or sent: reads say 0, writes EPIPE */
+};
+
+enum { SHUNT_ROUTES = 8 };
+
 /*
- * One end's published state. Each field says who writes it; the other side
- * only reads it, and never trusts it beyond "a hint that may be wrong".
+ * One end's shared state. Its holders are the threads and processes that
+ * hold the socket (fork shares it, as it shares a kernel socket); they keep
+ * here what the kernel keeps in its one struct sock. The peer reads the
+ * first line to know whom to wake; nothing here is trusted by anyone beyond
+ * "a hint that may be wrong", since the peer maps it too.
  */
 struct shunt_circuit_end {
-	alignas(SHUNT_CACHELINE) _Atomic uint32_t state; /* owner: enum shunt_end_state */
-	_Atomic uint32_t rx_waiters;	/* owner: threads about to sleep for data */
-	_Atomic uint32_t tx_waiters;	/* owner: threads about to sleep for space */
-	_Atomic uint32_t evented;	/* owner: poll/epoll watchers wanting link notices */
-	_Atomic uint32_t wake;		/* peer and shuntd: futex word, bumped to wake owner */
-	uint32_t reserved[11];
+	alignas(SHUNT_SHARE_APART) _Atomic uint32_t state; /* holders: enum shunt_end_state */
+	_Atomic uint32_t rx_waiters;	/* holders: threads about to sleep for data */
+	_Atomic uint32_t tx_waiters;	/* holders: threads about to sleep for space */
+	_Atomic uint32_t evented;	/* holders: poll/epoll watchers wanting notices */
+	_Atomic uint32_t wake;		/* peer and shuntd: futex word, bumped to wake holders */
+	_Atomic uint32_t flags;		/* holders: enum shunt_end_flags */
+	_Atomic uint32_t sk_err;	/* holders: pending error, reported once */
+	_Atomic uint32_t holders;	/* holders and shuntd: processes holding this end */
+	_Atomic uint32_t opts_gen;	/* holders: bumped when an option the library caches changes */
+	uint32_t reserved[7];
+	/*
+	 * Where notices for this end go: per holder process that watches it in
+	 * poll or epoll, (session id << 16 | slot); 0 is a free entry.
+	 */
+	alignas(SHUNT_SHARE_APART) _Atomic uint64_t route[SHUNT_ROUTES];
+	/*
+	 * The locks that make the holders one producer of the tx ring and one
+	 * consumer of the rx ring (common/lock.h), each on a line of its own:
+	 * the peer never touches them, so taking one costs no cache miss.
+	 */
+	alignas(SHUNT_SHARE_APART) _Atomic uint32_t tx_lock;
+	alignas(SHUNT_SHARE_APART) _Atomic uint32_t rx_lock;
 };
 
 /*
@@ -65,12 +97,12 @@ struct shunt_circuit_end {
  * the producer, head only by the consumer, each on its own cache line.
  */
 struct shunt_ring_ctl {
-	alignas(SHUNT_CACHELINE) _Atomic uint64_t tail;
-	alignas(SHUNT_CACHELINE) _Atomic uint64_t head;
+	alignas(SHUNT_SHARE_APART) _Atomic uint64_t tail;
+	alignas(SHUNT_SHARE_APART) _Atomic uint64_t head;
 };
 
 struct shunt_circuit_hdr {
-	alignas(SHUNT_CACHELINE) uint32_t magic;
+	alignas(SHUNT_SHARE_APART) uint32_t magic;
 	uint32_t version;
 	uint32_t ring_size;		/* informative; each side uses the size shuntd told it */
 	_Atomic uint32_t setup;		/* shuntd: enum shunt_setup_state */
@@ -78,12 +110,14 @@ struct shunt_circuit_hdr {
 	struct shunt_ring_ctl ring[2];
 };
 
-_Static_assert(sizeof(struct shunt_circuit_end) == SHUNT_CACHELINE, "end is one line");
-_Static_assert(sizeof(struct shunt_ring_ctl) == 2 * SHUNT_CACHELINE, "tail and head apart");
-_Static_assert(offsetof(struct shunt_circuit_hdr, setup) == 12, "layout v1");
-_Static_assert(offsetof(struct shunt_circuit_hdr, end) == 64, "layout v1");
-_Static_assert(offsetof(struct shunt_circuit_hdr, ring) == 192, "layout v1");
-_Static_assert(offsetof(struct shunt_circuit_hdr, ring[1].head) == 384, "layout v1");
+_Static_assert(sizeof(struct shunt_circuit_end) == 4 * SHUNT_SHARE_APART, "four blocks");
+_Static_assert(offsetof(struct shunt_circuit_end, route) == SHUNT_SHARE_APART, "routes apart");
+_Static_assert(offsetof(struct shunt_circuit_end, rx_lock) == 3 * SHUNT_SHARE_APART, "locks apart");
+_Static_assert(sizeof(struct shunt_ring_ctl) == 2 * SHUNT_SHARE_APART, "tail and head apart");
+_Static_assert(offsetof(struct shunt_circuit_hdr, setup) == 12, "layout v2");
+_Static_assert(offsetof(struct shunt_circuit_hdr, end) == 128, "layout v2");
+_Static_assert(offsetof(struct shunt_circuit_hdr, ring) == 1152, "layout v2");
+_Static_assert(offsetof(struct shunt_circuit_hdr, ring[1].head) == 1536, "layout v2");
 _Static_assert(sizeof(struct shunt_circuit_hdr) <= SHUNT_CIRCUIT_HDR_SIZE, "fits its page");
 
 /* The ring that carries the bytes an end sends, and the one it receives from. */

@@ -50,7 +50,9 @@ static inline long shunt_ring_space(struct shunt_ring *ring)
 /* Producer: free bytes according to the last head seen (no shared access). */
 static inline size_t shunt_ring_space_cached(const struct shunt_ring *ring)
 {
-	return ring->size - (size_t)(ring->pos - ring->seen);
+	uint64_t used = ring->pos - ring->seen;
+
+	return used > ring->size ? 0 : ring->size - (size_t)used;
 }
 
 /*
@@ -114,6 +116,35 @@ static inline void shunt_ring_get(const struct shunt_ring *ring, size_t off, voi
 		memcpy(dst, ring->data + at, first);
 		memcpy((uint8_t *)dst + first, ring->data, len - first);
 	}
+}
+
+/*
+ * After taking the lock of our side: another holder (a process sharing the
+ * socket) may have moved our index since we last held it. Take the shared
+ * value and forget what we cached of the other side's; every use of either
+ * is checked as always, so a value the peer wrote there is harmless.
+ */
+static inline void shunt_ring_resync(struct shunt_ring *ring, int producer)
+{
+	_Atomic uint64_t *mine = producer ? &ring->ctl->tail : &ring->ctl->head;
+	uint64_t pos = atomic_load_explicit(mine, memory_order_relaxed);
+
+	if (pos != ring->pos) {
+		ring->pos = pos;
+		ring->seen = producer ? atomic_load_explicit(&ring->ctl->head, memory_order_acquire)
+				      : pos;
+	}
+}
+
+/*
+ * Bytes in the ring by the shared indices alone, for readiness checks made
+ * without the lock; more than the ring holds means the indices are broken.
+ */
+static inline uint64_t shunt_ring_used_shared(const struct shunt_ring *ring)
+{
+	uint64_t tail = atomic_load_explicit(&ring->ctl->tail, memory_order_acquire);
+
+	return tail - atomic_load_explicit(&ring->ctl->head, memory_order_acquire);
 }
 
 /* Producer: make @len more bytes visible (release, pairs with shunt_ring_avail). */

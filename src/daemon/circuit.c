@@ -37,6 +37,8 @@ struct circuit *shuntd_circuit_create(struct shuntd *d, uint32_t ring_size)
 	c->ring_size = ring_size;
 	c->id = shuntd_new_id(d);
 	for (unsigned i = 0; i < 2; i++) {
+		/* The process it is granted to; fork adds more. */
+		atomic_store(&c->hdr->end[i].holders, 1);
 		c->end[i].circuit = c;
 		shunt_list_init(&c->end[i].session_node);
 	}

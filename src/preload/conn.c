@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "common/circuit.h"
+#include "common/lock.h"
 #include "common/log.h"
 #include "preload/conn.h"
 #include "preload/control.h"
@@ -160,8 +161,6 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 	};
 	c->local = g->msg.local;
 	c->remote = g->msg.peer;
-	pthread_mutex_init(&c->tx_lock, NULL);
-	pthread_mutex_init(&c->rx_lock, NULL);
 	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
 	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
 	return c;
@@ -170,10 +169,28 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 /* Publish a state bit of our end and wake the peer to look at it. */
 static void publish_state(struct shunt_conn *c, uint32_t bits)
 {
-	atomic_fetch_or(&c->my_state, bits);
 	/* Release: bytes published before the FIN are seen with it. */
 	atomic_fetch_or_explicit(&c->me->state, bits, memory_order_release);
 	shunt_wake(&c->wake_peer, SHUNT_WAKE_ALL);
+}
+
+static uint32_t my_state(struct shunt_conn *c)
+{
+	return atomic_load_explicit(&c->me->state, memory_order_acquire);
+}
+
+static bool is_dead(struct shunt_conn *c)
+{
+	return atomic_load_explicit(&c->me->flags, memory_order_acquire) & SHUNT_FLAG_DEAD;
+}
+
+/* Mark the connection reset, with @err pending unless another holder did it first. */
+static bool make_dead(struct shunt_conn *c, uint32_t err)
+{
+	if (atomic_fetch_or(&c->me->flags, SHUNT_FLAG_DEAD) & SHUNT_FLAG_DEAD)
+		return false;
+	atomic_store(&c->me->sk_err, err);
+	return true;
 }
 
 /*
@@ -185,24 +202,45 @@ static uint32_t sync_peer(struct shunt_conn *c)
 {
 	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
 
-	if ((ps & SHUNT_END_RESET) && !atomic_exchange(&c->dead, true))
-		atomic_store(&c->sk_err, ECONNRESET);
+	if ((ps & SHUNT_END_RESET) && !is_dead(c))
+		make_dead(c, ECONNRESET);
 	return ps;
 }
 
 /* The peer wrote indices that cannot be: treat the connection as reset. */
 static void broken(struct shunt_conn *c)
 {
-	if (!atomic_exchange(&c->dead, true)) {
+	if (make_dead(c, ECONNRESET))
 		shunt_warn("circuit %llu: peer published impossible ring indices; resetting",
 			   (unsigned long long)c->circuit);
-		atomic_store(&c->sk_err, ECONNRESET);
+}
+
+/*
+ * The pending error, cleared. The word is shared memory: anything but an
+ * error a TCP socket can have is read as a reset.
+ */
+static int take_error(struct shunt_conn *c)
+{
+	uint32_t err;
+
+	if (!atomic_load_explicit(&c->me->sk_err, memory_order_relaxed))
+		return 0;
+	err = atomic_exchange(&c->me->sk_err, 0);
+	switch (err) {
+	case 0:
+	case ECONNRESET:
+	case EPIPE:
+	case ECONNREFUSED:
+	case ETIMEDOUT:
+		return (int)err;
+	default:
+		return ECONNRESET;
 	}
 }
 
-static int take_error(struct shunt_conn *c)
+static bool error_pending(struct shunt_conn *c)
 {
-	return atomic_exchange(&c->sk_err, 0);
+	return atomic_load_explicit(&c->me->sk_err, memory_order_relaxed) != 0;
 }
 
 static bool peer_gone(uint32_t ps)
@@ -210,25 +248,65 @@ static bool peer_gone(uint32_t ps)
 	return ps & (SHUNT_END_CLOSED | SHUNT_END_RESET);
 }
 
+/*
+ * The holders' locks (common/lock.h). Taking one re-reads our index, which
+ * another process holding the socket may have moved. A lock that cannot be
+ * had before the call's deadline makes the call time out.
+ */
+static int tx_lock(struct shunt_conn *c, struct shunt_timer *t)
+{
+	_Atomic uint32_t *w = &c->me->tx_lock;
+
+	if (!shunt_lock_try(w, shunt_pid) && shunt_lock_wait(w, shunt_pid, shunt_timer_deadline(t)))
+		return -EAGAIN;
+	shunt_ring_resync(&c->tx, 1);
+	return 0;
+}
+
+static void tx_unlock(struct shunt_conn *c)
+{
+	shunt_unlock(&c->me->tx_lock);
+}
+
+static int rx_lock(struct shunt_conn *c, struct shunt_timer *t)
+{
+	_Atomic uint32_t *w = &c->me->rx_lock;
+
+	if (!shunt_lock_try(w, shunt_pid) && shunt_lock_wait(w, shunt_pid, shunt_timer_deadline(t)))
+		return -EAGAIN;
+	shunt_ring_resync(&c->rx, 0);
+	return 0;
+}
+
+static void rx_unlock(struct shunt_conn *c)
+{
+	shunt_unlock(&c->me->rx_lock);
+}
+
+/* Send readiness, for the wait loop: made without the lock, from shared indices. */
 static bool tx_ready(void *arg)
 {
 	struct shunt_conn *c = arg;
 	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
 
-	return shunt_ring_space(&c->tx) != 0 || peer_gone(ps) || atomic_load(&c->dead);
+	return shunt_ring_used_shared(&c->tx) != c->ring_size || peer_gone(ps) || is_dead(c) ||
+	       error_pending(c) || (my_state(c) & SHUNT_END_WR_SHUT);
+}
+
+/* Bytes we never read, from the shared indices (0 if they make no sense). */
+static uint64_t unread(struct shunt_conn *c)
+{
+	uint64_t n = shunt_ring_used_shared(&c->rx);
+
+	return n > c->ring_size ? 0 : n;
 }
 
 void shunt_conn_shut(struct shunt_conn *c, bool abort)
 {
-	long unread;
-
-	if (atomic_load(&c->my_state) & SHUNT_END_CLOSED)
+	if (my_state(c) & SHUNT_END_CLOSED)
 		return;
-	pthread_mutex_lock(&c->rx_lock);
-	unread = shunt_ring_avail(&c->rx);
-	pthread_mutex_unlock(&c->rx_lock);
 	/* As the kernel: unread data or SO_LINGER 0 make close() a reset. */
-	if (abort || unread != 0)
+	if (abort || unread(c) != 0)
 		publish_state(c, SHUNT_END_CLOSED | SHUNT_END_RESET);
 	else
 		publish_state(c, SHUNT_END_CLOSED | SHUNT_END_WR_SHUT);
@@ -241,8 +319,6 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 void shunt_conn_free(struct shunt_conn *c)
 {
 	shunt_circuit_unmap(c->hdr, c->ring_size);
-	pthread_mutex_destroy(&c->tx_lock);
-	pthread_mutex_destroy(&c->rx_lock);
 	free(c);
 }
 
@@ -256,16 +332,16 @@ void shunt_conn_close(struct shunt_conn *c, bool abort)
  * Why a send cannot proceed right now, or 0. A pending error is consumed
  * only when nothing was sent yet (@done == 0): otherwise the partial count
  * is returned and the error waits for the next call, as in the kernel.
- * Called under tx_lock.
+ * Called under the tx lock.
  */
 static int send_blocked(struct shunt_conn *c, size_t done, size_t left, ssize_t *pretend)
 {
 	uint32_t ps = sync_peer(c);
-	int err = done ? atomic_load(&c->sk_err) : take_error(c);
+	int err = done ? (error_pending(c) ? ECONNRESET : 0) : take_error(c);
 
 	if (err)
 		return -err;
-	if (atomic_load(&c->dead) || (atomic_load(&c->my_state) & SHUNT_END_WR_SHUT))
+	if (is_dead(c) || (my_state(c) & SHUNT_END_WR_SHUT))
 		return -EPIPE;
 	if ((ps & SHUNT_END_CLOSED) ||
 	    (ps & (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) == (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) {
@@ -275,8 +351,7 @@ static int send_blocked(struct shunt_conn *c, size_t done, size_t left, ssize_t 
 		 * answers with a reset, and only the next call fails: EPIPE,
 		 * since its FIN came first. A peer still open is reset too.
 		 */
-		atomic_store(&c->dead, true);
-		atomic_store(&c->sk_err, EPIPE);
+		make_dead(c, EPIPE);
 		publish_state(c, SHUNT_END_RESET);
 		*pretend = (ssize_t)left;
 		return 1;
@@ -289,15 +364,17 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 {
 	bool nonblock = io->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t total = iov_total(iov, iovcnt), pretend = 0;
-	int64_t deadline = 0;
+	struct shunt_timer timer = { .timeout_us = io->timeout_us };
 	struct iov_cursor cur;
 	size_t done = 0;
-	int r = 0;
+	int r;
 
 	if (total < 0)
 		return total;
 	cursor_init(&cur, iov, iovcnt);
-	pthread_mutex_lock(&c->tx_lock);
+	r = tx_lock(c, &timer);
+	if (r)
+		return r;
 	for (;;) {
 		size_t space, n;
 
@@ -306,13 +383,13 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			break;
 		space = shunt_ring_space_cached(&c->tx);
 		if (space < (size_t)total - done) {
-			long s = shunt_ring_space(&c->tx);
+			long sp = shunt_ring_space(&c->tx);
 
-			if (s < 0) {
+			if (sp < 0) {
 				broken(c);
 				continue;
 			}
-			space = (size_t)s;
+			space = (size_t)sp;
 		}
 		n = space < (size_t)total - done ? space : (size_t)total - done;
 		if (n > CHUNK)
@@ -329,15 +406,24 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			continue;	/* the next chunk may fit already */
 		if (nonblock)
 			break;
-		if (!deadline)
-			deadline = shunt_deadline(io->timeout_us);
-		r = shunt_wait_end(c->me, &c->me->tx_waiters, tx_ready, c, deadline);
+		/*
+		 * Sleep without the lock, as the kernel's sk_stream_wait_memory
+		 * releases the socket: other holders may send, time out or get
+		 * EAGAIN meanwhile. (So may their bytes come between ours, as
+		 * with the kernel, for a send too large to fit at once.)
+		 */
+		tx_unlock(c);
+		r = shunt_wait_end(c->me, &c->me->tx_waiters, tx_ready, c,
+				   shunt_timer_deadline(&timer));
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;
+		if (!r)
+			r = tx_lock(c, &timer);
 		if (r)
-			break;
+			goto unlocked;
 	}
-	pthread_mutex_unlock(&c->tx_lock);
+	tx_unlock(c);
+unlocked:
 	if (r == 1)
 		return (ssize_t)done + pretend;
 	if (done || total == 0)
@@ -351,16 +437,16 @@ struct rx_want {
 	size_t need;
 };
 
-/* Receive readiness, for the wait loop. Called under rx_lock. */
+/* Receive readiness, for the wait loop: made without the lock, from shared indices. */
 static bool rx_ready(void *arg)
 {
 	struct rx_want *w = arg;
 	struct shunt_conn *c = w->c;
 	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
-	long avail = shunt_ring_avail(&c->rx);
+	uint64_t avail = shunt_ring_used_shared(&c->rx);
 
-	return avail < 0 || (size_t)avail >= w->need || (ps & ~SHUNT_END_RD_SHUT) ||
-	       (atomic_load(&c->my_state) & SHUNT_END_RD_SHUT) || atomic_load(&c->dead);
+	return avail > c->ring_size || avail >= w->need || (ps & ~SHUNT_END_RD_SHUT) ||
+	       (my_state(c) & SHUNT_END_RD_SHUT) || is_dead(c) || error_pending(c);
 }
 
 /*
@@ -382,10 +468,10 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 	ssize_t total = iov_total(iov, iovcnt);
 	bool peek = flags & MSG_PEEK, discard = flags & MSG_TRUNC;
 	struct rx_want want = { .c = c };
-	int64_t deadline = 0;
+	struct shunt_timer timer = { .timeout_us = io->timeout_us };
 	struct iov_cursor cur;
 	size_t copied = 0, target;
-	int r = 0;
+	int r;
 
 	if (total < 0)
 		return total;
@@ -398,7 +484,9 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 	if (target > (size_t)total)
 		target = (size_t)total;
 	cursor_init(&cur, iov, iovcnt);
-	pthread_mutex_lock(&c->rx_lock);
+	r = rx_lock(c, &timer);
+	if (r)
+		return r;
 	for (;;) {
 		/* Peer state first: bytes published before its FIN are then visible. */
 		uint32_t ps = sync_peer(c);
@@ -436,32 +524,34 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		/* tcp_recvmsg's order: a FIN received, then a pending error, then shutdown. */
 		if (ps & SHUNT_END_WR_SHUT)
 			break;		/* EOF: what we have, or 0 */
-		r = take_error(c);
-		if (r) {
-			if (copied)
-				atomic_store(&c->sk_err, r);	/* reported by the next call */
-			r = copied ? 0 : -r;
-			break;
+		if (error_pending(c)) {
+			/* With data copied, the error waits for the next call. */
+			r = copied ? 0 : -take_error(c);
+			if (r || copied)
+				break;
 		}
-		if (atomic_load(&c->dead) || (ps & ~SHUNT_END_RD_SHUT) ||
-		    (atomic_load(&c->my_state) & SHUNT_END_RD_SHUT))
+		if (is_dead(c) || (ps & ~SHUNT_END_RD_SHUT) || (my_state(c) & SHUNT_END_RD_SHUT))
 			break;		/* EOF: what we have, or 0 */
 		if (nonblock) {
 			r = copied ? 0 : -EAGAIN;
 			break;
 		}
-		if (!deadline)
-			deadline = shunt_deadline(io->timeout_us);
+		/* Sleep without the lock, as the kernel's sk_wait_data releases the socket. */
+		rx_unlock(c);
 		want.need = peek ? target : target - copied;
-		r = shunt_wait_end(c->me, &c->me->rx_waiters, rx_ready, &want, deadline);
+		r = shunt_wait_end(c->me, &c->me->rx_waiters, rx_ready, &want,
+				   shunt_timer_deadline(&timer));
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;
+		if (!r)
+			r = rx_lock(c, &timer);
 		if (r) {
 			r = copied ? 0 : r;
-			break;
+			goto unlocked;
 		}
 	}
-	pthread_mutex_unlock(&c->rx_lock);
+	rx_unlock(c);
+unlocked:
 	return r < 0 ? r : (ssize_t)copied;
 }
 
@@ -469,29 +559,28 @@ int shunt_conn_shutdown(struct shunt_conn *c, int how)
 {
 	sync_peer(c);
 	if (how == SHUT_RD || how == SHUT_RDWR) {
-		atomic_fetch_or(&c->my_state, SHUNT_END_RD_SHUT);
 		atomic_fetch_or_explicit(&c->me->state, SHUNT_END_RD_SHUT, memory_order_release);
 		/* Our own blocked readers now see EOF. */
 		shunt_wake(&c->wake_self, SHUNT_WAKE_ALL);
 	}
 	if ((how == SHUT_WR || how == SHUT_RDWR) &&
-	    !(atomic_load(&c->my_state) & SHUNT_END_WR_SHUT)) {
+	    !(my_state(c) & SHUNT_END_WR_SHUT)) {
 		publish_state(c, SHUNT_END_WR_SHUT);
 		shunt_wake(&c->wake_self, SHUNT_WAKE_ALL);
 	}
-	return atomic_load(&c->dead) ? -ENOTCONN : 0;
+	return is_dead(c) ? -ENOTCONN : 0;
 }
 
 unsigned shunt_conn_poll(struct shunt_conn *c, int lowat)
 {
-	uint32_t ps = sync_peer(c), ms = atomic_load(&c->my_state);
+	uint32_t ps = sync_peer(c), ms = my_state(c);
 	struct shunt_ring_ctl *rx = c->rx.ctl, *tx = c->tx.ctl;
 	/* Shared indices only: another thread may be inside send or recv. */
 	uint64_t in = atomic_load_explicit(&rx->tail, memory_order_acquire) -
 		      atomic_load_explicit(&rx->head, memory_order_relaxed);
 	uint64_t out = atomic_load_explicit(&tx->tail, memory_order_relaxed) -
 		       atomic_load_explicit(&tx->head, memory_order_acquire);
-	bool dead = atomic_load(&c->dead);
+	bool dead = is_dead(c);
 	bool rcv_shut = dead || (ps & ~SHUNT_END_RD_SHUT) || (ms & SHUNT_END_RD_SHUT);
 	bool snd_shut = dead || (ms & SHUNT_END_WR_SHUT);
 	unsigned mask = 0;
@@ -505,7 +594,7 @@ unsigned shunt_conn_poll(struct shunt_conn *c, int lowat)
 	/* Writable with a third of the ring free, as sk_stream_is_writeable. */
 	if (snd_shut || out > c->ring_size || c->ring_size - out >= c->ring_size / 3)
 		mask |= POLLOUT | POLLWRNORM;
-	if (atomic_load(&c->sk_err))
+	if (error_pending(c))
 		mask |= POLLERR;
 	return mask;
 }
@@ -529,7 +618,7 @@ size_t shunt_conn_outq(struct shunt_conn *c)
 
 	/* A reset purges the send queue. */
 	sync_peer(c);
-	if (atomic_load(&c->dead))
+	if (is_dead(c))
 		return 0;
 	return n > c->ring_size ? 0 : (size_t)n;
 }
@@ -539,7 +628,7 @@ bool shunt_conn_closed(struct shunt_conn *c)
 	uint32_t ps = sync_peer(c);
 
 	/* Reset, or FINs both ways: the kernel's TCP_CLOSE (the time-wait is elsewhere). */
-	return atomic_load(&c->dead) || ((atomic_load(&c->my_state) & SHUNT_END_WR_SHUT) &&
+	return is_dead(c) || ((my_state(c) & SHUNT_END_WR_SHUT) &&
 					 (ps & (SHUNT_END_WR_SHUT | SHUNT_END_CLOSED)));
 }
 

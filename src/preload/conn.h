@@ -8,7 +8,6 @@
 #ifndef SHUNT_CONN_H
 #define SHUNT_CONN_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,6 +21,13 @@
 struct shunt_grant;
 struct shunt_plink;
 
+/*
+ * What this process knows of one end. The end's state proper (state bits,
+ * pending error, ring positions, the holders' locks) lives in the circuit,
+ * shared by every process holding the socket; this is only a private view
+ * of it, and the copies of the positions are re-read whenever a lock is
+ * taken, since another holder may have moved them.
+ */
 struct shunt_conn {
 	struct shunt_circuit_hdr *hdr;
 	uint32_t ring_size;
@@ -36,14 +42,8 @@ struct shunt_conn {
 	struct shunt_wake_target wake_self;	/* to wake our own waiters */
 	struct shunt_wire_addr local, remote;
 
-	pthread_mutex_t tx_lock;	/* one sender at a time: the ring has one producer */
-	struct shunt_ring tx;		/* under tx_lock */
-	pthread_mutex_t rx_lock;	/* one receiver at a time */
-	struct shunt_ring rx;		/* under rx_lock */
-
-	_Atomic uint32_t my_state;	/* what we published in me->state */
-	_Atomic int sk_err;		/* pending error, reported once (the kernel's sk_err) */
-	_Atomic bool dead;		/* reset: reads say 0, writes EPIPE */
+	struct shunt_ring tx;		/* under me->tx_lock */
+	struct shunt_ring rx;		/* under me->rx_lock */
 	struct shunt_conn *retired_next;	/* the owning socket's list of shut connections */
 };
 

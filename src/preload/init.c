@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "preload/control.h"
@@ -16,6 +17,7 @@
 #include "preload/notice.h"
 #include "preload/ops.h"
 #include "preload/stats.h"
+#include "preload/util.h"
 #include "preload/wait.h"
 
 _Atomic bool shunt_ready;
@@ -29,6 +31,7 @@ bool shunt_enabled(void)
 
 static void after_fork_child(void)
 {
+	shunt_pid = (uint32_t)getpid();
 	shunt_ctl_after_fork();
 	shunt_notice_after_fork();
 }
@@ -37,6 +40,7 @@ static void init(void)
 {
 	const char *off = getenv("SHUNT_DISABLE");
 
+	shunt_pid = (uint32_t)getpid();
 	shunt_libc_resolve();
 	shunt_log_setup("shunt", shunt_log_parse(getenv("SHUNT_LOG"), SHUNT_LOG_WARN));
 	enabled = !(off && *off && strcmp(off, "0"));

@@ -69,9 +69,13 @@ void shunt_sock_drop_listener(struct shunt_sock *s)
 {
 	if (s->listener)
 		shunt_ctl_unlisten(s->listener);
+	s->listener = 0;
+}
+
+void shunt_sock_close_doorbell(struct shunt_sock *s)
+{
 	if (s->doorbell >= 0)
 		shunt_close_hidden(s->doorbell);
-	s->listener = 0;
 	s->doorbell = -1;
 }
 
@@ -90,6 +94,7 @@ static void release(struct shunt_sock *s)
 		shunt_conn_free(c);
 	}
 	shunt_sock_drop_listener(s);
+	shunt_sock_close_doorbell(s);
 }
 
 void shunt_sock_release(struct shunt_sock *s)

@@ -58,8 +58,13 @@ struct shunt_sock {
  */
 void shunt_sock_retire_conn(struct shunt_sock *s, bool abort);
 
-/* Unregister a listener from shuntd and close its doorbell. Under lock, or last reference. */
+/*
+ * Unregister a listener from shuntd. Its doorbell stays open until the
+ * socket is released or listens anew: threads still blocked in accept()
+ * may be polling it. Under lock, or last reference.
+ */
 void shunt_sock_drop_listener(struct shunt_sock *s);
+void shunt_sock_close_doorbell(struct shunt_sock *s);
 
 /* A new socket for @domain with one reference, or NULL without memory. */
 struct shunt_sock *shunt_sock_new(int domain, bool nonblock);

@@ -96,7 +96,11 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 		/* A second listen() changes the backlog; shuntd follows. */
 		shunt_ctl_listen(fd, s->listener, &id, NULL);
 	} else {
-		int e = shunt_ctl_listen(fd, 0, &s->listener, &s->doorbell);
+		int e;
+
+		/* A socket listening anew after a shutdown: a new registration. */
+		shunt_sock_close_doorbell(s);
+		e = shunt_ctl_listen(fd, 0, &s->listener, &s->doorbell);
 
 		if (e < 0 && e != -ENOTCONN)
 			shunt_info("listener on fd %d stays kernel-only: %s", fd, strerror(-e));
@@ -308,7 +312,21 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	struct shunt_grant g;
 	int nfd, r, err;
 
-	r = shunt_ctl_accept(fd, s->listener, &g);
+	uint64_t listener = s->listener;
+
+	r = shunt_ctl_accept(fd, listener, &g);
+	if (r == -ENOENT) {
+		/*
+		 * shuntd no longer knows the registration (another thread shut
+		 * the listener down, or shuntd restarted): from now on the
+		 * kernel's accept queue is the only one.
+		 */
+		pthread_mutex_lock(&s->lock);
+		if (s->listener == listener)
+			s->listener = 0;
+		pthread_mutex_unlock(&s->lock);
+		return -EAGAIN;
+	}
 	if (r < 0)
 		return r;
 	conn = shunt_conn_open(&g, &err);
@@ -370,47 +388,88 @@ static bool handlers_restart(void)
 	return true;
 }
 
+/*
+ * Our own reference to the kernel socket, for a wait that may outlast the
+ * application's descriptor: a thread blocked in accept() keeps the socket
+ * alive when another one closes the fd, as the kernel's file reference does.
+ * High-numbered and close-on-exec, out of the application's way.
+ */
+static int hold_kernel_fd(int fd)
+{
+	int r = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 1024);
+
+	return r < 0 ? -errno : r;
+}
+
 int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 		    int flags)
 {
-	int64_t deadline;
+	int64_t deadline = 0;
+	int kfd = fd, r;
 
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
 		return -EINVAL;
 	if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || !s->listener)
 		return kernel_accept(fd, addr, alen, flags);
-	deadline = shunt_deadline(atomic_load(&s->rcvtimeo_us));
 	for (;;) {
-		struct pollfd p[2] = { { fd, POLLIN, 0 }, { s->doorbell, POLLIN, 0 } };
+		struct pollfd p[2] = { { kfd, POLLIN, 0 }, { s->doorbell, POLLIN, 0 } };
 		struct timespec ts = { 0, 0 }, *tsp = &ts;
-		int r;
 
-		if (syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR)
-			return -errno;
+		/* Shut down or unregistered by another thread: the kernel answers. */
+		if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || !s->listener) {
+			r = kernel_accept(kfd, addr, alen, flags);
+			break;
+		}
+
+		if (syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {
+			r = -errno;
+			break;
+		}
 		/* Shared-memory clients first: they are ready the moment we look. */
 		if (p[1].revents & POLLIN) {
-			r = accept_circuit(s, fd, addr, alen, flags);
+			r = accept_circuit(s, kfd, addr, alen, flags);
 			if (r != -EAGAIN)
-				return r;
+				break;
 		}
-		if (p[0].revents)
-			return kernel_accept(fd, addr, alen, flags);
-		if (atomic_load(&s->nonblock))
-			return -EAGAIN;
+		if (p[0].revents) {
+			r = kernel_accept(kfd, addr, alen, flags);
+			break;
+		}
+		if (atomic_load(&s->nonblock)) {
+			r = -EAGAIN;
+			break;
+		}
+		if (kfd == fd) {
+			deadline = shunt_deadline(atomic_load(&s->rcvtimeo_us));
+			kfd = hold_kernel_fd(fd);
+			if (kfd < 0) {
+				r = kfd;
+				kfd = fd;
+				break;
+			}
+			continue;
+		}
 		if (deadline) {
 			int64_t left = deadline - shunt_now_ns();
 
-			if (left <= 0)
-				return -EAGAIN;
+			if (left <= 0) {
+				r = -EAGAIN;
+				break;
+			}
 			ts.tv_sec = left / 1000000000;
 			ts.tv_nsec = left % 1000000000;
 		} else {
 			tsp = NULL;
 		}
 		r = (int)syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
-		if (r < 0 && errno == EINTR && (deadline || !handlers_restart()))
-			return -EINTR;
+		if (r < 0 && errno == EINTR && (deadline || !handlers_restart())) {
+			r = -EINTR;
+			break;
+		}
 	}
+	if (kfd != fd)
+		shunt_close_internal(kfd);
+	return r;
 }
 
 int shunt_op_getsockname(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *len)

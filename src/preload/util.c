@@ -6,6 +6,8 @@
 #include "preload/fdtable.h"
 #include "preload/util.h"
 
+uint32_t shunt_pid;
+
 int shunt_fd_hide(int fd)
 {
 	struct rlimit rl;

@@ -9,6 +9,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* This process's pid (getpid() is a system call): set at start and in a fork child. */
+extern uint32_t shunt_pid;
+
 /* Close a descriptor of our own, bypassing the close() wrapper. */
 static inline void shunt_close_internal(int fd)
 {

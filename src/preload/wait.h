@@ -33,6 +33,19 @@ int shunt_wait_end(struct shunt_circuit_end *me, _Atomic uint32_t *waiters,
 /* A deadline @timeout_us from now (0: none). */
 int64_t shunt_deadline(int64_t timeout_us);
 
+/* A call's timeout, turned into a deadline the first time it is needed. */
+struct shunt_timer {
+	int64_t timeout_us;		/* SO_RCVTIMEO / SO_SNDTIMEO, 0: none */
+	int64_t at;			/* the deadline, once computed */
+};
+
+static inline int64_t shunt_timer_deadline(struct shunt_timer *t)
+{
+	if (!t->at && t->timeout_us > 0)
+		t->at = shunt_deadline(t->timeout_us);
+	return t->at;
+}
+
 static inline void shunt_cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)

@@ -125,6 +125,41 @@ static void t_hostile_indices_never_address_outside(void **state)
 	shunt_ring_get(&f->rx, 0, out, RING);
 }
 
+static void t_resync_takes_another_holders_index(void **state)
+{
+	struct fixture *f = *state;
+	struct shunt_ring other;
+
+	/* A second process holding the socket sends 100 bytes... */
+	shunt_ring_attach(&other, f->hdr, 0, RING, 1);
+	shunt_ring_put(&other, 0, "x", 1);
+	shunt_ring_publish(&other, 100);
+	/* ...and the reader consumes 40 of them. */
+	shunt_ring_consume(&f->rx, 40);
+	/* Our stale copy would overwrite its bytes: the lock's resync fixes it. */
+	shunt_ring_resync(&f->tx, 1);
+	assert_int_equal(f->tx.pos, 100);
+	assert_int_equal(shunt_ring_space_cached(&f->tx), RING - 60);
+	/* The same for a consumer whose head another holder moved. */
+	other = f->rx;
+	shunt_ring_consume(&other, 60);
+	shunt_ring_resync(&f->rx, 0);
+	assert_int_equal(f->rx.pos, 100);
+	assert_int_equal(shunt_ring_avail(&f->rx), 0);
+}
+
+static void t_hostile_own_index_after_resync(void **state)
+{
+	struct fixture *f = *state;
+
+	/* The peer rewrites our tail far ahead: the cached space is 0, not huge. */
+	atomic_store(&f->hdr->ring[0].tail, 5 * RING);
+	shunt_ring_resync(&f->tx, 1);
+	f->tx.seen = 0;
+	assert_int_equal(shunt_ring_space_cached(&f->tx), 0);
+	assert_int_equal(shunt_ring_space(&f->tx), -EPROTO);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -135,6 +170,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(t_hostile_head_beyond_tail, setup, teardown),
 		cmocka_unit_test_setup_teardown(t_hostile_indices_never_address_outside, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(t_resync_takes_another_holders_index, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(t_hostile_own_index_after_resync, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+/* The holders' lock: spin briefly, then sleep on the word, checking on the owner. */
+#include <errno.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/lock.h"
+
+enum {
+	SPINS = 200,			/* the owner is copying: it is done in a moment */
+	CHECK_NS = 10 * 1000 * 1000,	/* how often a sleeper looks whether the owner lives */
+};
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
+/* Whether the process @owner is gone (a zombie still counts as there). */
+static bool owner_gone(uint32_t owner, uint32_t me)
+{
+	if (owner == 0 || owner == me)
+		return false;
+	return syscall(SYS_kill, (pid_t)owner, 0) < 0 && errno == ESRCH;
+}
+
+int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline)
+{
+	for (int i = 0; i < SPINS; i++) {
+		if (atomic_load_explicit(word, memory_order_relaxed) == 0 && shunt_lock_try(word, me))
+			return 0;
+		relax();
+	}
+	for (;;) {
+		uint32_t v = atomic_load_explicit(word, memory_order_relaxed);
+		struct timespec rel = { 0, CHECK_NS };
+		int r;
+
+		/* Taken after a wait: others may still sleep, so keep the flag. */
+		if (v == 0) {
+			if (atomic_compare_exchange_strong_explicit(word, &v, me | SHUNT_LOCK_WAITERS,
+								    memory_order_acquire,
+								    memory_order_relaxed))
+				return 0;
+			continue;
+		}
+		if (!(v & SHUNT_LOCK_WAITERS)) {
+			if (!atomic_compare_exchange_strong_explicit(word, &v, v | SHUNT_LOCK_WAITERS,
+								     memory_order_relaxed,
+								     memory_order_relaxed))
+				continue;
+			v |= SHUNT_LOCK_WAITERS;
+		}
+		if (deadline) {
+			int64_t left = deadline - now_ns();
+
+			if (left <= 0)
+				return -ETIMEDOUT;
+			if (left < CHECK_NS)
+				rel.tv_nsec = left;
+		}
+		r = shunt_futex_wait(word, v, &rel);
+		/* Still the same owner after a while: it may have died holding the lock. */
+		if (r == -ETIMEDOUT && owner_gone(v & SHUNT_LOCK_OWNER, me) &&
+		    atomic_compare_exchange_strong_explicit(word, &v, me | SHUNT_LOCK_WAITERS,
+							    memory_order_acquire,
+							    memory_order_relaxed))
+			return 0;
+		/* EINTR: a handler ran; the wait goes on, as lock_sock()'s does. */
+	}
+}
