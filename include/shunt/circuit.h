@@ -74,9 +74,17 @@ struct shunt_circuit_end {
 	_Atomic uint32_t wake;		/* peer and shuntd: futex word, bumped to wake holders */
 	_Atomic uint32_t flags;		/* holders: enum shunt_end_flags */
 	_Atomic uint32_t sk_err;	/* holders: pending error, reported once */
-	_Atomic uint32_t holders;	/* holders and shuntd: processes holding this end */
-	_Atomic uint32_t opts_gen;	/* holders: bumped when an option the library caches changes */
-	uint32_t reserved[7];
+	_Atomic uint32_t holders;	/* shuntd: processes holding this end */
+	/*
+	 * Holders: the options a data call needs, which belong to the socket
+	 * and so are shared by every process holding it (the kernel's copies
+	 * stay exact too; these save a system call per call).
+	 */
+	_Atomic uint32_t nonblock;	/* O_NONBLOCK of the socket's open file */
+	_Atomic uint32_t rcvlowat;	/* SO_RCVLOWAT as the kernel stored it */
+	_Atomic uint32_t linger_abort;	/* SO_LINGER {1, 0}: the last close resets */
+	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0: none */
+	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0: none */
 	/*
 	 * Where notices for this end go: per holder process that watches it in
 	 * poll or epoll, (session id << 16 | slot); 0 is a free entry.
@@ -119,6 +127,22 @@ _Static_assert(offsetof(struct shunt_circuit_hdr, end) == 128, "layout v2");
 _Static_assert(offsetof(struct shunt_circuit_hdr, ring) == 1152, "layout v2");
 _Static_assert(offsetof(struct shunt_circuit_hdr, ring[1].head) == 1536, "layout v2");
 _Static_assert(sizeof(struct shunt_circuit_hdr) <= SHUNT_CIRCUIT_HDR_SIZE, "fits its page");
+
+/* A route: which session wants notices for an end, under which of its slots. */
+static inline uint64_t shunt_route_make(uint64_t session, uint32_t slot)
+{
+	return session << 16 | (slot & 0xffff);
+}
+
+static inline uint64_t shunt_route_session(uint64_t route)
+{
+	return route >> 16;
+}
+
+static inline uint32_t shunt_route_slot(uint64_t route)
+{
+	return (uint32_t)(route & 0xffff);
+}
 
 /* The ring that carries the bytes an end sends, and the one it receives from. */
 static inline unsigned shunt_tx_ring(unsigned end) { return end; }

@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The link: one shared page set per pair of processes that share circuits,
- * through which each tells the other which of its circuits changed, so that a
- * process waiting on many sockets learns what is ready without scanning.
+ * The link: a pair of notice bitmaps shared by two sessions (processes
+ * under shunt), through which each tells the other which of its circuits
+ * changed, so that a process waiting on many sockets learns what is ready
+ * without scanning. A slot number is chosen by the process that drains the
+ * side: it is the same on all of that process's links, and a circuit end's
+ * routes (circuit.h) say which session and slot want its notices. Every
+ * session also has a daemon link, through which shuntd posts.
  */
 #ifndef SHUNT_LINK_H
 #define SHUNT_LINK_H
@@ -17,9 +21,14 @@
 #define SHUNT_LINK_VERSION 1u
 
 enum shunt_link_geometry {
-	SHUNT_LINK_SLOTS = 65536,			/* circuits per pair of processes */
+	SHUNT_LINK_SLOTS = 65536,
 	SHUNT_LINK_SLOT_WORDS = SHUNT_LINK_SLOTS / 64,
 	SHUNT_LINK_SUMMARY_WORDS = SHUNT_LINK_SLOT_WORDS / 64,
+	/*
+	 * On a daemon link, shuntd posts this slot to say "ask LINK_NEXT":
+	 * it made a link for this process, or one died. No circuit uses it.
+	 */
+	SHUNT_LINK_SLOT_PULL = SHUNT_LINK_SLOTS - 1,
 };
 
 /*

@@ -11,21 +11,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHUNT_PROTO_VERSION 1u
+#define SHUNT_PROTO_VERSION 2u
 
 enum shunt_msg_type {
-	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied */
+	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied + daemon link */
 	SHUNT_MSG_LISTEN = 2,		/* lib -> d + listening socket, replied + doorbell */
 	SHUNT_MSG_UNLISTEN = 3,		/* lib -> d, not replied */
 	SHUNT_MSG_CONNECT = 4,		/* lib -> d + bound socket, replied (+ circuit) */
 	SHUNT_MSG_ACCEPT = 5,		/* lib -> d + listening socket, replied (+ circuit) */
-	SHUNT_MSG_CLOSE = 6,		/* lib -> d, not replied */
+	SHUNT_MSG_CLOSE = 6,		/* lib -> d, replied only with SHUNT_CLOSE_SHARED */
 	SHUNT_MSG_STATUS = 7,		/* cli -> d, answered by a stream of records */
 	SHUNT_MSG_STATUS_SESSION = 8,	/* d -> cli */
 	SHUNT_MSG_STATUS_LISTENER = 9,	/* d -> cli */
 	SHUNT_MSG_STATUS_CONN = 10,	/* d -> cli */
 	SHUNT_MSG_STATUS_END = 11,	/* d -> cli, last record */
-	SHUNT_MSG_TYPE_MAX = 11,
+	SHUNT_MSG_LINK = 12,		/* lib -> d, replied + link */
+	SHUNT_MSG_LINK_NEXT = 13,	/* lib -> d, replied (+ link) */
+	SHUNT_MSG_FORK = 14,		/* lib -> d, replied */
+	SHUNT_MSG_FORK_DONE = 15,	/* lib -> d, not replied */
+	SHUNT_MSG_TYPE_MAX = 15,
 	SHUNT_MSG_REPLY = 0x8000,	/* or'ed into the type of a reply */
 };
 
@@ -39,6 +43,8 @@ enum shunt_msg_limits {
 enum shunt_reply_status {
 	SHUNT_OK = 0,
 	SHUNT_USE_KERNEL = 1,		/* connect: no shunt listener matches, use the kernel */
+	SHUNT_NONE = 2,			/* link_next: nothing to hand over */
+	SHUNT_LAST = 3,			/* close of a shared end: you were its last holder */
 };
 
 struct shunt_msg_hdr {
@@ -59,17 +65,29 @@ struct shunt_wire_addr {
 	uint8_t addr[16];		/* AF_INET uses the first 4 bytes */
 };
 
-struct shunt_msg_hello {
-	struct shunt_msg_hdr h;
-	uint32_t flags;
-	uint32_t reserved;
+enum shunt_hello_flags {
+	SHUNT_HELLO_CLAIM = 1u << 0,	/* a fork child takes over its parent's ticket */
 };
 
+struct shunt_msg_hello {
+	struct shunt_msg_hdr h;
+	uint32_t flags;			/* enum shunt_hello_flags */
+	uint32_t reserved;
+	uint64_t ticket;		/* SHUNT_HELLO_CLAIM: from the FORK reply */
+	uint64_t secret;
+};
+
+/*
+ * The reply carries the session's daemon link: a link memfd whose side 0
+ * this process drains and that side's eventfd, through which shuntd posts
+ * notices (a completed connect, a peer that died, a link to pick up).
+ */
 struct shunt_msg_hello_reply {
 	struct shunt_msg_hdr h;
 	uint64_t session;
 	uint32_t ring_size;		/* default ring size of this daemon */
-	uint32_t reserved;
+	int32_t claim;			/* SHUNT_HELLO_CLAIM: 0, or -errno */
+	uint64_t link;			/* the daemon link's id */
 };
 
 /* LISTEN carries the listening socket; the reply carries the backlog doorbell. */
@@ -83,9 +101,16 @@ struct shunt_msg_listen_reply {
 	uint64_t listener;
 };
 
+enum shunt_unlisten_flags {
+	/* shutdown(SHUT_RD): the socket stops listening for every holder, not just this one. */
+	SHUNT_UNLISTEN_SHUTDOWN = 1u << 0,
+};
+
 struct shunt_msg_unlisten {
 	struct shunt_msg_hdr h;
 	uint64_t listener;
+	uint32_t flags;			/* enum shunt_unlisten_flags */
+	uint32_t reserved;
 };
 
 enum shunt_connect_flags {
@@ -106,34 +131,89 @@ struct shunt_msg_accept {
 };
 
 enum shunt_circuit_flags {
-	SHUNT_CIRCUIT_NEW_LINK = 1u << 0,	/* link memfd and both eventfds follow */
-	SHUNT_CIRCUIT_KERNEL_HALF = 1u << 1,	/* ACCEPT: an ESTABLISHED kernel socket comes first */
+	SHUNT_CIRCUIT_KERNEL_HALF = 1u << 0,	/* ACCEPT: an ESTABLISHED kernel socket comes first */
 };
 
 /*
  * Reply to CONNECT (status SHUNT_OK) and ACCEPT: with SHUNT_CIRCUIT_KERNEL_HALF
  * first the accepted kernel socket (so it lands on the lowest free number,
- * as accept() would), then the circuit memfd, then if SHUNT_CIRCUIT_NEW_LINK
- * the link memfd, this side's eventfd and the peer's.
+ * as accept() would), then the circuit memfd.
  */
 struct shunt_msg_circuit {
 	struct shunt_msg_hdr h;
 	uint64_t circuit;
-	uint64_t link;
 	uint32_t ring_size;
-	uint32_t slot;			/* the circuit's slot in the link */
 	uint8_t end;			/* enum shunt_end_index */
-	uint8_t link_side;		/* 0 or 1 */
+	uint8_t reserved8;
 	uint16_t flags;			/* enum shunt_circuit_flags */
-	uint32_t reserved;
 	struct shunt_wire_addr local;	/* as the kernel would report getsockname */
 	struct shunt_wire_addr peer;	/* and getpeername */
+};
+
+/*
+ * LINK asks for the link with another session (one that shares a circuit
+ * with this one, or this session itself); LINK_NEXT for a link shuntd made
+ * for this session meanwhile (SHUNT_OK), or SHUNT_NONE. A link reply carries
+ * the link memfd, then the eventfd of the side this process drains, then the
+ * other side's. A link reply with flag SHUNT_LINK_GONE carries no
+ * descriptors: the partner went away, the link is dead.
+ */
+struct shunt_msg_link {
+	struct shunt_msg_hdr h;
+	uint64_t partner;		/* LINK: the other session; LINK_NEXT: 0 */
+};
+
+enum shunt_link_flags {
+	SHUNT_LINK_GONE = 1u << 0,
+};
+
+struct shunt_msg_link_reply {
+	struct shunt_msg_hdr h;
+	uint64_t link;
+	uint64_t partner;		/* the other session (this one for a self link) */
+	uint8_t side;			/* the side this process drains */
+	uint8_t reserved8;
+	uint16_t flags;			/* enum shunt_link_flags */
+	uint32_t reserved;
+};
+
+enum shunt_close_flags {
+	/*
+	 * The end has other holders (processes that share the socket): shuntd
+	 * answers SHUNT_LAST if this was the last of them, and only then does
+	 * the closer publish the FIN or reset.
+	 */
+	SHUNT_CLOSE_SHARED = 1u << 0,
 };
 
 struct shunt_msg_close {
 	struct shunt_msg_hdr h;
 	uint64_t circuit;
 	uint32_t end;
+	uint32_t flags;			/* enum shunt_close_flags */
+};
+
+/*
+ * FORK, before fork(): shuntd makes a ticket that holds everything this
+ * session holds, for the child, and counts the child as a holder of each
+ * circuit end. The child claims it in its HELLO; FORK_DONE tells shuntd the
+ * child's pid (so a child that dies before claiming releases it) or, with
+ * pid 0, that fork failed.
+ */
+struct shunt_msg_fork {
+	struct shunt_msg_hdr h;
+};
+
+struct shunt_msg_fork_reply {
+	struct shunt_msg_hdr h;
+	uint64_t ticket;
+	uint64_t secret;
+};
+
+struct shunt_msg_fork_done {
+	struct shunt_msg_hdr h;
+	uint64_t ticket;
+	int32_t pid;			/* the child, or 0: fork failed */
 	uint32_t reserved;
 };
 
@@ -179,9 +259,10 @@ struct shunt_msg_status_end {
 	uint64_t kernel_fallbacks;	/* connects answered SHUNT_USE_KERNEL */
 };
 
-_Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v1");
-_Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v1");
-_Static_assert(sizeof(struct shunt_msg_circuit) == 112, "wire v1");
+_Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v2");
+_Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v2");
+_Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v2");
+_Static_assert(sizeof(struct shunt_msg_link_reply) == 40, "wire v2");
 _Static_assert(sizeof(struct shunt_msg_status_conn) <= SHUNT_MSG_MAX, "fits");
 
 #endif

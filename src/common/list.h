@@ -48,6 +48,10 @@ static inline void shunt_list_del(struct shunt_list *n)
 #define shunt_list_first(head, type, member) \
 	shunt_container_of((head)->next, type, member)
 
+/* Iterate; the loop body must not remove entries. */
+#define shunt_list_for_each(pos, head) \
+	for ((pos) = (head)->next; (pos) != (head); (pos) = (pos)->next)
+
 /* Iterate allowing removal of the current entry. */
 #define shunt_list_for_each_safe(pos, tmp, head) \
 	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); \

@@ -33,6 +33,14 @@ size_t shunt_proto_size(uint16_t type)
 	case SHUNT_MSG_ACCEPT: return sizeof(struct shunt_msg_accept);
 	case SHUNT_MSG_ACCEPT | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_circuit);
 	case SHUNT_MSG_CLOSE: return sizeof(struct shunt_msg_close);
+	case SHUNT_MSG_CLOSE | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
+	case SHUNT_MSG_LINK: return sizeof(struct shunt_msg_link);
+	case SHUNT_MSG_LINK | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_link_reply);
+	case SHUNT_MSG_LINK_NEXT: return sizeof(struct shunt_msg_link);
+	case SHUNT_MSG_LINK_NEXT | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_link_reply);
+	case SHUNT_MSG_FORK: return sizeof(struct shunt_msg_fork);
+	case SHUNT_MSG_FORK | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_fork_reply);
+	case SHUNT_MSG_FORK_DONE: return sizeof(struct shunt_msg_fork_done);
 	case SHUNT_MSG_STATUS: return sizeof(struct shunt_msg_status);
 	case SHUNT_MSG_STATUS_SESSION: return sizeof(struct shunt_msg_status_session);
 	case SHUNT_MSG_STATUS_LISTENER: return sizeof(struct shunt_msg_status_listener);

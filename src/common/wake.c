@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Waking the owner of a circuit end: futex sleepers and link notices. */
+/* Waking the holders of a circuit end: futex sleepers, and link notices. */
 #include <limits.h>
 #include <stdatomic.h>
 
@@ -26,11 +26,8 @@ int shunt_link_post(struct shunt_link_side *side, uint32_t slot)
 	return atomic_load_explicit(&side->sleepers, memory_order_seq_cst) != 0;
 }
 
-void shunt_wake(const struct shunt_wake_target *t, unsigned why)
+bool shunt_wake_end(struct shunt_circuit_end *end, unsigned why)
 {
-	struct shunt_circuit_end *end = t->end;
-	int sleepers = 0;
-
 	/* Pairs with the fence a waiter makes after announcing itself (W1). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (((why & SHUNT_WAKE_RX) && atomic_load_explicit(&end->rx_waiters, memory_order_relaxed)) ||
@@ -38,8 +35,5 @@ void shunt_wake(const struct shunt_wake_target *t, unsigned why)
 		atomic_fetch_add_explicit(&end->wake, 1, memory_order_relaxed);
 		shunt_futex_wake(&end->wake, INT_MAX);
 	}
-	if (t->link && atomic_load_explicit(&end->evented, memory_order_relaxed))
-		sleepers = shunt_link_post(t->link, t->slot);
-	if (sleepers && t->efd >= 0)
-		shunt_eventfd_signal(t->efd);
+	return atomic_load_explicit(&end->evented, memory_order_relaxed) != 0;
 }

@@ -37,10 +37,8 @@ struct circuit *shuntd_circuit_create(struct shuntd *d, uint32_t ring_size)
 	c->ring_size = ring_size;
 	c->id = shuntd_new_id(d);
 	for (unsigned i = 0; i < 2; i++) {
-		/* The process it is granted to; fork adds more. */
-		atomic_store(&c->hdr->end[i].holders, 1);
 		c->end[i].circuit = c;
-		shunt_list_init(&c->end[i].session_node);
+		shunt_list_init(&c->end[i].holds);
 	}
 	shunt_list_init(&c->queue_node);
 	if (shunt_map_put(&d->circuits, c->id, c) < 0) {
@@ -57,12 +55,6 @@ fail:
 	return NULL;
 }
 
-void shuntd_circuit_hold(struct circuit *c, unsigned end, struct session *s)
-{
-	c->end[end].session = s;
-	shunt_list_add_tail(&s->ends, &c->end[end].session_node);
-}
-
 void shuntd_circuit_unqueue(struct circuit *c)
 {
 	if (c->queue == CIRCUIT_ACCEPTQ)
@@ -73,30 +65,38 @@ void shuntd_circuit_unqueue(struct circuit *c)
 	c->listener = NULL;
 }
 
-void shuntd_circuit_wake(struct circuit *c, unsigned end)
+void shuntd_circuit_wake(struct shuntd *d, struct circuit *c, unsigned end)
 {
-	struct shunt_wake_target t = { .end = &c->hdr->end[end], .efd = -1 };
+	struct shunt_circuit_end *e = &c->hdr->end[end];
 
-	if (c->link) {
-		t.link = &c->link->hdr->side[c->side[end]];
-		t.slot = c->slot;
-		t.efd = c->link->efd[c->side[end]];
+	if (!shunt_wake_end(e, SHUNT_WAKE_ALL))
+		return;
+	/* Watchers: through the daemon link of each session a route names. */
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		uint64_t r = atomic_load_explicit(&e->route[i], memory_order_acquire);
+		struct session *s = r ? shunt_map_get(&d->sessions, shunt_route_session(r)) : NULL;
+
+		if (s && shunt_route_slot(r) != SHUNT_LINK_SLOT_PULL)
+			shuntd_link_notify(s, shunt_route_slot(r));
 	}
-	shunt_wake(&t, SHUNT_WAKE_ALL);
+}
+
+struct session *shuntd_circuit_holder(struct circuit *c, unsigned end)
+{
+	if (shunt_list_empty(&c->end[end].holds))
+		return NULL;
+	return shunt_list_first(&c->end[end].holds, struct hold, node)->session;
 }
 
 void shuntd_circuit_set_setup(struct shuntd *d, struct circuit *c, enum shunt_setup_state st)
 {
-	(void)d;
 	atomic_store(&c->hdr->setup, st);
-	shuntd_circuit_wake(c, SHUNT_END_CONNECTOR);
+	shuntd_circuit_wake(d, c, SHUNT_END_CONNECTOR);
 }
 
 void shuntd_circuit_destroy(struct shuntd *d, struct circuit *c)
 {
 	shuntd_circuit_unqueue(c);
-	if (c->link)
-		shuntd_link_release(d, c->link, c->slot);
 	munmap(c->hdr, SHUNT_CIRCUIT_HDR_SIZE);
 	if (c->memfd >= 0)
 		close(c->memfd);
@@ -114,8 +114,12 @@ static void bury(struct circuit *c, unsigned end)
 	struct shunt_ring_ctl *rx = &c->hdr->ring[shunt_rx_ring(end)];
 	uint32_t st = SHUNT_END_WR_SHUT | SHUNT_END_CLOSED;
 
+	/* Closed by the process itself before it went: it already said how. */
+	if (atomic_load(&c->hdr->end[end].state) & SHUNT_END_CLOSED)
+		return;
+	/* A reset is not a FIN: the peer's next read reports the error, not EOF. */
 	if (atomic_load(&rx->tail) != atomic_load(&rx->head))
-		st |= SHUNT_END_RESET;
+		st = SHUNT_END_CLOSED | SHUNT_END_RESET;
 	atomic_fetch_or(&c->hdr->end[end].state, st);
 }
 
@@ -126,14 +130,10 @@ void shuntd_circuit_end_done(struct shuntd *d, struct circuit *c, unsigned end, 
 	if (e->done)
 		return;
 	e->done = true;
-	if (e->session) {
-		shunt_list_del(&e->session_node);
-		e->session = NULL;
-	}
 	if (died)
 		bury(c, end);
 	if (!c->end[end ^ 1].done) {
-		shuntd_circuit_wake(c, end ^ 1);
+		shuntd_circuit_wake(d, c, end ^ 1);
 		return;
 	}
 	shuntd_circuit_destroy(d, c);
@@ -143,19 +143,14 @@ int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c,
 			 uint16_t type, uint32_t seq, int kernel_half)
 {
 	struct shunt_msg_circuit r;
-	struct link *l = c->link;
-	unsigned side = c->side[end];
-	int fds[SHUNT_MSG_MAX_FDS];
+	int fds[2];
 	unsigned nfds = 0;
 
 	(void)d;
 	shunt_proto_init(&r, type | SHUNT_MSG_REPLY, sizeof(r), seq);
 	r.circuit = c->id;
-	r.link = l->id;
 	r.ring_size = c->ring_size;
-	r.slot = c->slot;
 	r.end = (uint8_t)end;
-	r.link_side = (uint8_t)side;
 	r.local = c->local[end];
 	r.peer = c->peer[end];
 	if (kernel_half >= 0) {
@@ -163,19 +158,5 @@ int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c,
 		fds[nfds++] = kernel_half;
 	}
 	fds[nfds++] = c->memfd;
-	if (!l->delivered[side]) {
-		r.flags |= SHUNT_CIRCUIT_NEW_LINK;
-		fds[nfds++] = l->memfd;
-		fds[nfds++] = l->efd[side];
-		fds[nfds++] = l->efd[side ^ 1];
-	}
-	int ret = shuntd_session_reply(s, &r, fds, nfds);
-
-	if (ret == 0 && !l->delivered[side]) {
-		l->delivered[side] = true;
-		/* A process linked with itself holds both sides at once. */
-		if (l->side[0] == l->side[1])
-			l->delivered[side ^ 1] = true;
-	}
-	return ret;
+	return shuntd_session_reply(s, &r, fds, nfds);
 }

@@ -3,7 +3,7 @@
  * Connection setup: CONNECT matches a client socket with a registered
  * listener and queues a new circuit on it (or says "use the kernel"), ACCEPT
  * hands the oldest queued circuit to a process that proves it holds the
- * listener, CLOSE retires one end.
+ * listener, CLOSE lets go of one end.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -92,7 +92,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	struct sock_facts f;
 	struct listener *l = NULL;
 	struct circuit *c;
-	struct link *link;
+	struct hold *h;
 	int r = shuntd_socket_facts(fd, &f);
 
 	if (r == 0 && f.listening)
@@ -124,8 +124,8 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		return;
 	}
 	c = shuntd_circuit_create(d, d->cfg.ring_size);
-	link = c ? shuntd_link_get(d, s, l->session) : NULL;
-	if (!link || shuntd_link_slot(link, &c->slot) < 0) {
+	h = c ? shuntd_hold_end(c, SHUNT_END_CONNECTOR, s) : NULL;
+	if (!h) {
 		/* Out of resources: this connection simply goes through the kernel. */
 		if (c)
 			shuntd_circuit_destroy(d, c);
@@ -134,9 +134,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_USE_KERNEL);
 		return;
 	}
-	c->link = link;
-	c->side[SHUNT_END_CONNECTOR] = (uint8_t)shuntd_link_side_of(link, s);
-	c->side[SHUNT_END_ACCEPTOR] = c->side[SHUNT_END_CONNECTOR] ^ 1;
+	atomic_store(&c->hdr->end[SHUNT_END_CONNECTOR].holders, 1);
 	set_addresses(c, &f.local, &m->dst, l);
 	/* Same namespace only: companions are made in shuntd's own. */
 	c->companion = f.netns == d->netns_self && shuntd_companion_seqs(c) == 0 &&
@@ -154,9 +152,8 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		shunt_list_add_tail(&l->synq, &c->queue_node);
 	}
 	close(fd);
-	shuntd_circuit_hold(c, SHUNT_END_CONNECTOR, s);
 	if (shuntd_circuit_reply(d, s, c, SHUNT_END_CONNECTOR, SHUNT_MSG_CONNECT, m->h.seq, -1) < 0)
-		shuntd_circuit_end_done(d, c, SHUNT_END_CONNECTOR, true);
+		shuntd_hold_release(d, h, true);
 }
 
 void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_accept *m, int fd)
@@ -164,6 +161,7 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	struct listener *l = shunt_map_get(&d->listeners, m->listener);
 	struct sock_facts f;
 	struct circuit *c;
+	struct hold *h;
 	eventfd_t one;
 	int r = shuntd_socket_facts(fd, &f), half;
 
@@ -181,10 +179,16 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	shuntd_circuit_unqueue(c);
 	eventfd_read(l->doorbell, &one);
 	shuntd_listener_admit(d, l);
-	if (c->link->side[c->side[SHUNT_END_ACCEPTOR]] != s)
-		shunt_debug("circuit %llu accepted by pid %d, not by the listener's owner",
-			    (unsigned long long)c->id, (int)s->pid);
-	shuntd_circuit_hold(c, SHUNT_END_ACCEPTOR, s);
+	h = shuntd_hold_end(c, SHUNT_END_ACCEPTOR, s);
+	if (!h) {
+		/* Accepted and lost at once: what the kernel does to a connection it cannot keep. */
+		atomic_fetch_or(&c->hdr->end[SHUNT_END_ACCEPTOR].state,
+				SHUNT_END_CLOSED | SHUNT_END_RESET);
+		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
+		shuntd_session_reply_status(s, SHUNT_MSG_ACCEPT, m->h.seq, -ECONNABORTED);
+		return;
+	}
+	atomic_store(&c->hdr->end[SHUNT_END_ACCEPTOR].holders, 1);
 	/* Its kernel socket, ESTABLISHED on the listener's port as accept()'s would be. */
 	half = c->companion ? shuntd_companion_acceptor(c, f.domain) : -1;
 	r = shuntd_circuit_reply(d, s, c, SHUNT_END_ACCEPTOR, SHUNT_MSG_ACCEPT, m->h.seq, half);
@@ -193,19 +197,29 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	close(c->memfd);
 	c->memfd = -1;
 	if (r < 0)
-		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, true);
+		shuntd_hold_release(d, h, true);
 }
 
 void shuntd_close(struct shuntd *d, struct session *s, const struct shunt_msg_close *m)
 {
 	struct circuit *c = shunt_map_get(&d->circuits, m->circuit);
+	bool shared = m->flags & SHUNT_CLOSE_SHARED;
+	struct hold *h = c && m->end <= 1 ? shuntd_hold_find_end(s, c, m->end) : NULL;
+	bool last;
 
-	if (!c || m->end > 1 || c->end[m->end].session != s)
+	if (!h) {
+		if (shared)
+			shuntd_session_reply_status(s, SHUNT_MSG_CLOSE, m->h.seq, -ENOENT);
 		return;
+	}
 	/* A client that gives up while its SYN waits: the server never sees it. */
 	if (m->end == SHUNT_END_CONNECTOR && c->queue == CIRCUIT_SYN) {
 		shuntd_circuit_unqueue(c);
 		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
 	}
-	shuntd_circuit_end_done(d, c, m->end, false);
+	last = c->end[m->end].holds.next == &h->node && c->end[m->end].holds.prev == &h->node;
+	shuntd_hold_release(d, h, false);
+	/* Only the last holder's close ends the connection: it publishes the FIN. */
+	if (shared)
+		shuntd_session_reply_status(s, SHUNT_MSG_CLOSE, m->h.seq, last ? SHUNT_LAST : SHUNT_OK);
 }

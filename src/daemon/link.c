@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * Links: the notice pages of a pair of sessions, created on their first
- * circuit and kept while either may still use them. Slots index circuits.
+ * Links: the notice pages shared by two sessions, made when one of them
+ * first needs to wake the other (LINK) and handed to the other through its
+ * daemon link (shuntd posts SHUNT_LINK_SLOT_PULL there; it answers with
+ * LINK_NEXT). A link dies with either session: the survivor is told, so it
+ * can reuse what it mapped. Each session also has a daemon link, through
+ * which shuntd itself posts notices.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,28 +15,34 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/proto.h"
+#include "common/sys.h"
+#include "common/wake.h"
 #include "daemon/shuntd.h"
 
 static void link_free(struct link *l)
 {
 	munmap(l->hdr, shunt_link_size());
 	close(l->memfd);
-	close(l->efd[0]);
-	close(l->efd[1]);
+	for (unsigned i = 0; i < 2; i++)
+		if (l->efd[i] >= 0)
+			close(l->efd[i]);
 	free(l);
 }
 
-static struct link *link_create(struct shuntd *d, struct session *a, struct session *b)
+static struct link *link_alloc(struct shuntd *d, bool daemon)
 {
 	struct link *l = calloc(1, sizeof(*l));
 	size_t size = shunt_link_size();
 
 	if (!l)
 		return NULL;
+	l->efd[1] = -1;
 	l->memfd = shuntd_memfd_sealed("shunt-link", size);
 	l->efd[0] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	l->efd[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (l->memfd < 0 || l->efd[0] < 0 || l->efd[1] < 0) {
+	if (!daemon)
+		l->efd[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (l->memfd < 0 || l->efd[0] < 0 || (!daemon && l->efd[1] < 0)) {
 		if (l->memfd < 0)
 			errno = -l->memfd;
 		goto fail;
@@ -44,83 +54,161 @@ static struct link *link_create(struct shuntd *d, struct session *a, struct sess
 	l->hdr->version = SHUNT_LINK_VERSION;
 	l->hdr->slots = SHUNT_LINK_SLOTS;
 	l->id = shuntd_new_id(d);
-	l->side[0] = a;
-	l->side[1] = b;
-	if (shunt_map_put(&a->links, b->id, l) < 0 ||
-	    (a != b && shunt_map_put(&b->links, a->id, l) < 0)) {
-		shunt_map_del(&a->links, b->id);
-		munmap(l->hdr, size);
-		goto fail;
-	}
+	l->daemon = daemon;
 	return l;
 fail:
-	shunt_warn("cannot create a link for pids %d and %d: %s", (int)a->pid, (int)b->pid,
-		   strerror(errno));
+	shunt_warn("cannot create a link: %s", strerror(errno));
 	if (l->memfd >= 0)
 		close(l->memfd);
-	if (l->efd[0] >= 0)
-		close(l->efd[0]);
-	if (l->efd[1] >= 0)
-		close(l->efd[1]);
+	for (unsigned i = 0; i < 2; i++)
+		if (l->efd[i] >= 0)
+			close(l->efd[i]);
 	free(l);
 	return NULL;
+}
+
+int shuntd_link_daemon(struct shuntd *d, struct session *s)
+{
+	struct link *l = link_alloc(d, true);
+
+	if (!l)
+		return -ENOMEM;
+	l->side[0] = s;
+	s->dlink = l;
+	return 0;
 }
 
 struct link *shuntd_link_get(struct shuntd *d, struct session *a, struct session *b)
 {
 	struct link *l = shunt_map_get(&a->links, b->id);
 
-	return l ? l : link_create(d, a, b);
-}
-
-unsigned shuntd_link_side_of(const struct link *l, const struct session *s)
-{
-	return l->side[0] == s ? 0 : 1;
-}
-
-int shuntd_link_slot(struct link *l, uint32_t *slot)
-{
-	for (uint32_t n = 0; n < SHUNT_LINK_SLOTS; n++) {
-		uint32_t i = (l->next_slot + n) % SHUNT_LINK_SLOTS;
-
-		if (l->used[i / 64] & (1ull << (i % 64)))
-			continue;
-		l->used[i / 64] |= 1ull << (i % 64);
-		l->next_slot = i + 1;
-		l->circuits++;
-		*slot = i;
-		return 0;
-	}
-	return -ENOSPC;
-}
-
-static bool link_orphaned(const struct link *l)
-{
-	return !l->circuits && (!l->side[0] || !l->side[1]);
-}
-
-void shuntd_link_release(struct shuntd *d, struct link *l, uint32_t slot)
-{
-	(void)d;
-	l->used[slot / 64] &= ~(1ull << (slot % 64));
-	l->circuits--;
-	if (link_orphaned(l))
+	if (l)
+		return l;
+	l = link_alloc(d, false);
+	if (!l)
+		return NULL;
+	l->side[0] = a;
+	l->side[1] = b;
+	if (shunt_map_put(&a->links, b->id, l) < 0 ||
+	    (a != b && shunt_map_put(&b->links, a->id, l) < 0)) {
+		shunt_map_del(&a->links, b->id);
 		link_free(l);
+		return NULL;
+	}
+	return l;
 }
 
-void shuntd_link_session_gone(struct shuntd *d, struct link *l, struct session *s)
+void shuntd_link_notify(struct session *s, uint32_t slot)
 {
-	(void)d;
-	for (unsigned i = 0; i < 2; i++) {
-		struct session *other = l->side[i ^ 1];
+	struct link *l = s->dlink;
 
-		if (l->side[i] != s)
-			continue;
-		l->side[i] = NULL;
-		/* No new circuit between these two will ever be made. */
-		if (other && other != s)
+	if (l && shunt_link_post(&l->hdr->side[0], slot))
+		shunt_eventfd_signal(l->efd[0]);
+}
+
+/* Hand @l to @s: its memfd, the eventfd of the side @s drains, the other one. */
+static void reply_link(struct session *s, uint16_t type, uint32_t seq, struct link *l)
+{
+	struct shunt_msg_link_reply r;
+	unsigned side = l->side[0] == s ? 0 : 1;
+	int fds[3] = { l->memfd, l->efd[side], l->efd[side ^ 1] };
+
+	shunt_proto_init(&r, type | SHUNT_MSG_REPLY, sizeof(r), seq);
+	r.link = l->id;
+	r.partner = l->side[side ^ 1]->id;
+	r.side = (uint8_t)side;
+	if (shuntd_session_reply(s, &r, fds, 3) == 0) {
+		l->delivered[side] = true;
+		if (l->side[0] == l->side[1])
+			l->delivered[side ^ 1] = true;
+	}
+}
+
+void shuntd_link_request(struct shuntd *d, struct session *s, const struct shunt_msg_link *m)
+{
+	struct session *p = shunt_map_get(&d->sessions, m->partner);
+	struct link *l;
+
+	/* Only a process it shares a circuit with may make us wake it (or itself). */
+	if (!p || p->ticket || (p != s && !shuntd_hold_share_circuit(s, p))) {
+		shuntd_session_reply_status(s, SHUNT_MSG_LINK, m->h.seq, -EPERM);
+		return;
+	}
+	l = shuntd_link_get(d, s, p);
+	if (!l) {
+		shuntd_session_reply_status(s, SHUNT_MSG_LINK, m->h.seq, -ENOMEM);
+		return;
+	}
+	reply_link(s, SHUNT_MSG_LINK, m->h.seq, l);
+	/* The partner must drain its side before our first notice there counts. */
+	if (p != s && !l->delivered[l->side[0] == p ? 0 : 1])
+		shuntd_link_notify(p, SHUNT_LINK_SLOT_PULL);
+}
+
+void shuntd_link_next(struct shuntd *d, struct session *s, const struct shunt_msg_link *m)
+{
+	struct link *l;
+	uint64_t key;
+	size_t it = 0;
+
+	(void)d;
+	if (s->ngone) {
+		struct shunt_msg_link_reply r;
+
+		shunt_proto_init(&r, SHUNT_MSG_LINK_NEXT | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
+		r.link = s->gone[--s->ngone];
+		r.flags = SHUNT_LINK_GONE;
+		shuntd_session_reply(s, &r, NULL, 0);
+		return;
+	}
+	while ((l = shunt_map_next(&s->links, &it, &key))) {
+		if (!l->delivered[l->side[0] == s ? 0 : 1]) {
+			reply_link(s, SHUNT_MSG_LINK_NEXT, m->h.seq, l);
+			return;
+		}
+	}
+	shuntd_session_reply_status(s, SHUNT_MSG_LINK_NEXT, m->h.seq, SHUNT_NONE);
+}
+
+/* Remember to tell @s that link @id died, so it can reuse what it mapped. */
+static void tell_gone(struct session *s, uint64_t id)
+{
+	if (s->ngone == s->gone_cap) {
+		size_t cap = s->gone_cap ? 2 * s->gone_cap : 8;
+		uint64_t *g = realloc(s->gone, cap * sizeof(*g));
+
+		if (!g)
+			return;		/* it keeps the dead link mapped: no harm */
+		s->gone = g;
+		s->gone_cap = cap;
+	}
+	s->gone[s->ngone++] = id;
+	shuntd_link_notify(s, SHUNT_LINK_SLOT_PULL);
+}
+
+void shuntd_link_session_gone(struct shuntd *d, struct session *s)
+{
+	struct link *l;
+	uint64_t key;
+	size_t it = 0;
+
+	(void)d;
+	while ((l = shunt_map_next(&s->links, &it, &key))) {
+		unsigned side = l->side[0] == s ? 0 : 1;
+		struct session *other = l->side[side ^ 1];
+
+		if (other != s) {
 			shunt_map_del(&other->links, s->id);
-	}
-	if (link_orphaned(l))
+			if (l->delivered[side ^ 1])
+				tell_gone(other, l->id);
+		}
 		link_free(l);
+	}
+	shunt_map_free(&s->links);
+	if (s->dlink)
+		link_free(s->dlink);
+	s->dlink = NULL;
+	free(s->gone);
+	s->gone = NULL;
+	s->ngone = s->gone_cap = 0;
 }

@@ -46,7 +46,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	}
 	if (m->listener) {
 		l = shunt_map_get(&d->listeners, m->listener);
-		if (!l || l->session != s || l->inode != f.inode) {
+		if (!l || !shuntd_hold_find_listener(s, l) || l->inode != f.inode) {
 			shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOENT);
 			return;
 		}
@@ -71,7 +71,14 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, r);
 		return;
 	}
-	l->session = s;
+	shunt_list_init(&l->holds);
+	if (!shuntd_hold_listener(l, s)) {
+		shunt_map_del(&d->listeners, l->id);
+		close(l->doorbell);
+		free(l);
+		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
+		return;
+	}
 	l->netns = f.netns;
 	l->addr = f.local;
 	l->v6only = f.v6only;
@@ -79,7 +86,6 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	l->max_queued = f.max_backlog + 1;
 	shunt_list_init(&l->acceptq);
 	shunt_list_init(&l->synq);
-	shunt_list_add_tail(&s->listeners, &l->session_node);
 	char a[SHUNT_ADDR_STRLEN];
 
 	shunt_debug("listener %llu: %s backlog %u (pid %d)", (unsigned long long)l->id,
@@ -87,12 +93,26 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	reply_listen(s, m->h.seq, l->id, l->doorbell);
 }
 
-void shuntd_listener_unregister(struct shuntd *d, struct session *s, uint64_t id)
+void shuntd_listener_unregister(struct shuntd *d, struct session *s,
+				 const struct shunt_msg_unlisten *m)
 {
-	struct listener *l = shunt_map_get(&d->listeners, id);
+	struct listener *l = shunt_map_get(&d->listeners, m->listener);
+	struct hold *h = l ? shuntd_hold_find_listener(s, l) : NULL;
 
-	if (l && l->session == s)
+	if (!h)
+		return;
+	/* shutdown() stops the socket listening for every process holding it. */
+	if (m->flags & SHUNT_UNLISTEN_SHUTDOWN)
 		shuntd_listener_destroy(d, l);
+	else
+		shuntd_hold_release(d, h, false);	/* the last one destroys it */
+}
+
+struct session *shuntd_listener_holder(struct listener *l)
+{
+	if (shunt_list_empty(&l->holds))
+		return NULL;
+	return shunt_list_first(&l->holds, struct hold, node)->session;
 }
 
 void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
@@ -116,7 +136,14 @@ void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
 				SHUNT_END_CLOSED | SHUNT_END_RESET);
 		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
 	}
-	shunt_list_del(&l->session_node);
+	/* Its holders let go of it: they are not told, their next accept asks the kernel. */
+	shunt_list_for_each_safe(pos, tmp, &l->holds) {
+		struct hold *h = shunt_container_of(pos, struct hold, node);
+
+		shunt_list_del(&h->node);
+		shunt_list_del(&h->session_node);
+		free(h);
+	}
 	shunt_map_del(&d->listeners, l->id);
 	close(l->doorbell);
 	free(l);

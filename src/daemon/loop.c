@@ -94,6 +94,8 @@ int shuntd_loop_run(struct shuntd *d)
 					shunt_info("signal %u, exiting", si.ssi_signo);
 					d->stopping = true;
 				}
+			} else if (*(int *)tag == SHUNTD_WATCH_TICKET) {
+				shuntd_fork_ticket_exited(d, tag);
 			} else {
 				shuntd_session_input(d, tag);
 			}

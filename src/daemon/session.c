@@ -57,14 +57,15 @@ void shuntd_session_accept(struct shuntd *d)
 			close(fd);
 			continue;
 		}
+		s->watch = SHUNTD_WATCH_SESSION;
 		s->id = shuntd_new_id(d);
 		s->fd = fd;
+		s->pidfd = -1;
 		s->pid = cred.pid;
 		s->uid = cred.uid;
 		s->gid = cred.gid;
 		read_comm(cred.pid, s->comm);
-		shunt_list_init(&s->listeners);
-		shunt_list_init(&s->ends);
+		shunt_list_init(&s->holds);
 		shunt_map_init(&s->links);
 		if (shunt_map_put(&d->sessions, s->id, s) < 0 || shuntd_loop_watch(d, fd, s) < 0) {
 			shunt_map_del(&d->sessions, s->id);
@@ -102,19 +103,31 @@ static unsigned fds_expected(uint16_t type)
 	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT;
 }
 
+/* Whether a malformed request of this type is answered (a CLOSE only sometimes is: never). */
 static bool has_reply(uint16_t type)
 {
-	return type != SHUNT_MSG_UNLISTEN && type != SHUNT_MSG_CLOSE && type != SHUNT_MSG_STATUS;
+	return type != SHUNT_MSG_UNLISTEN && type != SHUNT_MSG_CLOSE && type != SHUNT_MSG_STATUS &&
+	       type != SHUNT_MSG_FORK_DONE;
 }
 
 static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m)
 {
 	struct shunt_msg_hello_reply r;
+	int fds[2];
 
 	shunt_proto_init(&r, SHUNT_MSG_HELLO | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
+	if (m->flags & SHUNT_HELLO_CLAIM)
+		r.claim = shuntd_fork_claim(d, s, m->ticket, m->secret);
+	if (!s->dlink && shuntd_link_daemon(d, s) < 0) {
+		shuntd_session_reply_status(s, SHUNT_MSG_HELLO, m->h.seq, -ENOMEM);
+		return;
+	}
 	r.session = s->id;
 	r.ring_size = d->cfg.ring_size;
-	shuntd_session_reply(s, &r, NULL, 0);
+	r.link = s->dlink->id;
+	fds[0] = s->dlink->memfd;
+	fds[1] = s->dlink->efd[0];
+	shuntd_session_reply(s, &r, fds, 2);
 }
 
 static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *fds, unsigned nfds)
@@ -137,7 +150,7 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 		shuntd_listener_register(d, s, buf, fds[0]);
 		break;
 	case SHUNT_MSG_UNLISTEN:
-		shuntd_listener_unregister(d, s, ((const struct shunt_msg_unlisten *)buf)->listener);
+		shuntd_listener_unregister(d, s, buf);
 		break;
 	case SHUNT_MSG_CONNECT:
 		shuntd_connect(d, s, buf, fds[0]);
@@ -150,6 +163,18 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 		break;
 	case SHUNT_MSG_STATUS:
 		shuntd_status(d, s, buf);
+		break;
+	case SHUNT_MSG_LINK:
+		shuntd_link_request(d, s, buf);
+		break;
+	case SHUNT_MSG_LINK_NEXT:
+		shuntd_link_next(d, s, buf);
+		break;
+	case SHUNT_MSG_FORK:
+		shuntd_fork(d, s, buf);
+		break;
+	case SHUNT_MSG_FORK_DONE:
+		shuntd_fork_done(d, s, buf);
 		break;
 	default:
 		/* A status record type sent to the daemon. */
@@ -194,24 +219,21 @@ void shuntd_session_input(struct shuntd *d, struct session *s)
 void shuntd_session_close(struct shuntd *d, struct session *s)
 {
 	struct shunt_list *pos, *tmp;
-	struct link *l;
-	uint64_t key;
-	size_t it = 0;
 
 	shunt_debug("session %llu (pid %d) gone", (unsigned long long)s->id, (int)s->pid);
-	shuntd_loop_unwatch(d, s->fd);
-	close(s->fd);
-	shunt_map_del(&d->sessions, s->id);
-	shunt_list_for_each_safe(pos, tmp, &s->listeners)
-		shuntd_listener_destroy(d, shunt_container_of(pos, struct listener, session_node));
-	shunt_list_for_each_safe(pos, tmp, &s->ends) {
-		struct circuit_end *e = shunt_container_of(pos, struct circuit_end, session_node);
-
-		shuntd_circuit_end_done(d, e->circuit, (unsigned)(e - e->circuit->end), true);
+	if (s->fd >= 0) {
+		shuntd_loop_unwatch(d, s->fd);
+		close(s->fd);
 	}
-	/* Links last: the ends above may still have needed them to wake peers. */
-	while ((l = shunt_map_next(&s->links, &it, &key)))
-		shuntd_link_session_gone(d, l, s);
-	shunt_map_free(&s->links);
+	if (s->pidfd >= 0) {
+		shuntd_loop_unwatch(d, s->pidfd);
+		close(s->pidfd);
+	}
+	shunt_map_del(&d->sessions, s->id);
+	/* The process went away without closing what it held: as the kernel does at exit. */
+	shunt_list_for_each_safe(pos, tmp, &s->holds)
+		shuntd_hold_release(d, shunt_container_of(pos, struct hold, session_node), true);
+	/* Links last: releasing the ends above may still have needed them to wake peers. */
+	shuntd_link_session_gone(d, s);
 	free(s);
 }

@@ -2,8 +2,14 @@
 /*
  * shuntd's objects and the functions each file of the daemon offers the
  * others. The daemon is one thread running one event loop; nothing here is
- * locked. Ownership: a session owns its listeners and its links' references;
- * a circuit lives until both of its ends are closed or their sessions gone.
+ * locked.
+ *
+ * Ownership: a session is one process (or, for a fork ticket, a child that
+ * has not spoken yet). It holds circuit ends and listeners through holds:
+ * after fork the child holds what the parent held, as it holds the same
+ * kernel sockets. An end lives while it has a holder, a circuit until both
+ * ends are done; a listener until its last holder lets go. Links join two
+ * sessions and die with either.
  */
 #ifndef SHUNTD_H
 #define SHUNTD_H
@@ -32,39 +38,66 @@ struct shuntd {
 	int listen_fd;			/* the control socket */
 	uint64_t next_id;
 	uint64_t netns_self;		/* inode of the daemon's own network namespace */
-	struct shunt_map sessions;	/* id -> struct session */
+	struct shunt_map sessions;	/* id -> struct session (tickets too) */
 	struct shunt_map listeners;	/* id -> struct listener */
 	struct shunt_map circuits;	/* id -> struct circuit */
+	size_t live_sessions;		/* connected sessions, for idle exit */
 	uint64_t circuits_total;
 	uint64_t sessions_total;
 	uint64_t kernel_fallbacks;
 	bool stopping;
 };
 
-/* One connected process (or CLI), identified by SO_PEERCRED when it connected. */
+/* What the event loop's tags point at: the first member of each watched object. */
+enum shuntd_watch_kind {
+	SHUNTD_WATCH_SESSION = 1,	/* input on a session's control socket */
+	SHUNTD_WATCH_TICKET,		/* a fork child that has not claimed its ticket exited */
+};
+
+/*
+ * One connected process, identified by SO_PEERCRED when it connected; or a
+ * fork ticket (fd -1): what a child about to be forked will hold, until it
+ * claims it with its first HELLO.
+ */
 struct session {
+	int watch;			/* enum shuntd_watch_kind: first, the loop's tag */
 	uint64_t id;
-	int fd;
+	int fd;				/* -1 for a ticket */
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
 	char comm[SHUNT_COMM_LEN];
-	struct shunt_list listeners;	/* struct listener.session_node */
-	struct shunt_list ends;		/* struct circuit_end.session_node */
-	struct shunt_map links;		/* peer session id -> struct link */
+	struct shunt_list holds;	/* struct hold.session_node */
+	struct shunt_map links;		/* partner session id -> struct link */
+	struct link *dlink;		/* shuntd's notices to this session */
+	uint64_t *gone;			/* ids of links whose partner is gone, not yet told */
+	size_t ngone, gone_cap;
+	/* Tickets only. */
+	bool ticket;
+	uint64_t secret;
+	pid_t parent_pid;
+	int pidfd;			/* the child once known, else -1 */
 };
 
-/* The notice pages shared by a pair of sessions (possibly the same one twice). */
+/* A session's hold on one circuit end or one listener. */
+struct hold {
+	struct session *session;
+	struct shunt_list session_node;	/* in session->holds */
+	struct shunt_list node;		/* in circuit_end.holds or listener.holds */
+	struct circuit *circuit;	/* or NULL for a listener hold */
+	unsigned end;
+	struct listener *listener;
+};
+
+/* The notice pages shared by two sessions, or by one session and shuntd. */
 struct link {
 	uint64_t id;
-	struct session *side[2];	/* NULL once that side's session is gone */
-	bool delivered[2];		/* whether that side has been sent the fds */
+	struct session *side[2];	/* a self link has the same session twice */
+	bool daemon;			/* side 0 is the session, side 1 is shuntd */
+	bool delivered[2];		/* whether that side has been sent the descriptors */
 	struct shunt_link_hdr *hdr;
 	int memfd;
 	int efd[2];			/* side i sleeps on efd[i]; the other side writes it */
-	uint32_t circuits;		/* circuits using a slot: a reference each */
-	uint32_t next_slot;
-	uint64_t used[SHUNT_LINK_SLOT_WORDS];
 };
 
 enum circuit_queue {
@@ -75,9 +108,8 @@ enum circuit_queue {
 
 struct circuit_end {
 	struct circuit *circuit;
-	struct session *session;	/* holder; NULL once closed or dead */
-	struct shunt_list session_node;
-	bool done;			/* closed or its process died */
+	struct shunt_list holds;	/* struct hold.node: the processes holding it */
+	bool done;			/* every holder closed it or died */
 };
 
 struct circuit {
@@ -88,9 +120,6 @@ struct circuit {
 	struct circuit_end end[2];
 	struct shunt_wire_addr local[2];	/* getsockname of each end, in its family */
 	struct shunt_wire_addr peer[2];		/* getpeername of each end */
-	struct link *link;
-	uint32_t slot;			/* in the link, for notices to either end */
-	uint8_t side[2];		/* the link side of each end's process */
 	uint32_t isn[2];		/* companion sockets' initial sequence numbers */
 	bool companion;			/* the connector's socket was made ESTABLISHED */
 	struct listener *listener;	/* while queued */
@@ -100,8 +129,7 @@ struct circuit {
 
 struct listener {
 	uint64_t id;
-	struct session *session;
-	struct shunt_list session_node;
+	struct shunt_list holds;	/* struct hold.node: the processes holding it */
 	uint64_t netns;
 	struct shunt_wire_addr addr;	/* bound address; AF_INET6 may be v6only */
 	bool v6only;
@@ -125,9 +153,27 @@ void shuntd_loop_unwatch(struct shuntd *d, int fd);
 /* session.c */
 void shuntd_session_accept(struct shuntd *d);
 void shuntd_session_input(struct shuntd *d, struct session *s);
+/* The process is gone (or the ticket will never be claimed): release everything. */
 void shuntd_session_close(struct shuntd *d, struct session *s);
 int shuntd_session_reply(struct session *s, void *msg, const int *fds, unsigned nfds);
 int shuntd_session_reply_status(struct session *s, uint16_t type, uint32_t seq, int status);
+
+/* hold.c: who holds what */
+struct hold *shuntd_hold_end(struct circuit *c, unsigned end, struct session *s);
+struct hold *shuntd_hold_listener(struct listener *l, struct session *s);
+struct hold *shuntd_hold_find_end(struct session *s, struct circuit *c, unsigned end);
+struct hold *shuntd_hold_find_listener(struct session *s, struct listener *l);
+/* Drop a hold; @died: the process went away without closing. */
+void shuntd_hold_release(struct shuntd *d, struct hold *h, bool died);
+/* Whether @a and @b hold ends of a common circuit (either end, or the same one). */
+bool shuntd_hold_share_circuit(struct session *a, struct session *b);
+
+/* fork.c: tickets */
+void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_fork *m);
+void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_msg_fork_done *m);
+/* HELLO with SHUNT_HELLO_CLAIM from @s: 0 or -errno. */
+int shuntd_fork_claim(struct shuntd *d, struct session *s, uint64_t ticket, uint64_t secret);
+void shuntd_fork_ticket_exited(struct shuntd *d, struct session *t);
 
 /* socket.c: facts about a socket handed over by a process */
 struct sock_facts {
@@ -144,23 +190,29 @@ int shuntd_socket_facts(int fd, struct sock_facts *f);
 /* listener.c */
 void shuntd_listener_register(struct shuntd *d, struct session *s,
 			      const struct shunt_msg_listen *m, int fd);
-void shuntd_listener_unregister(struct shuntd *d, struct session *s, uint64_t id);
+void shuntd_listener_unregister(struct shuntd *d, struct session *s,
+				 const struct shunt_msg_unlisten *m);
 void shuntd_listener_destroy(struct shuntd *d, struct listener *l);
 struct listener *shuntd_listener_match(struct shuntd *d, uint64_t netns,
 				       const struct shunt_wire_addr *dst);
 /* Move circuits from the SYN queue into free accept-queue room. */
 void shuntd_listener_admit(struct shuntd *d, struct listener *l);
+/* A session holding @l, for the status display (NULL if none). */
+struct session *shuntd_listener_holder(struct listener *l);
 
 /* circuit.c */
 struct circuit *shuntd_circuit_create(struct shuntd *d, uint32_t ring_size);
 void shuntd_circuit_destroy(struct shuntd *d, struct circuit *c);
+/* The last holder of @end is gone; @died: without closing it (bury it). */
 void shuntd_circuit_end_done(struct shuntd *d, struct circuit *c, unsigned end, bool died);
 void shuntd_circuit_set_setup(struct shuntd *d, struct circuit *c, enum shunt_setup_state st);
-void shuntd_circuit_hold(struct circuit *c, unsigned end, struct session *s);
 void shuntd_circuit_unqueue(struct circuit *c);
-void shuntd_circuit_wake(struct circuit *c, unsigned end);
+/* Wake the holders of @end: futex sleepers, and watchers through their routes. */
+void shuntd_circuit_wake(struct shuntd *d, struct circuit *c, unsigned end);
 int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c, unsigned end,
 			 uint16_t type, uint32_t seq, int kernel_half);
+/* The first session holding @end (for status), or NULL. */
+struct session *shuntd_circuit_holder(struct circuit *c, unsigned end);
 
 /* companion.c: real kernel sockets for the two ends (needs CAP_NET_ADMIN) */
 int shuntd_companion_seqs(struct circuit *c);
@@ -171,11 +223,16 @@ int shuntd_companion_acceptor(struct circuit *c, int domain);
 int shuntd_memfd_sealed(const char *name, size_t size);
 
 /* link.c */
+/* The daemon link of a new session; -errno if it cannot be made. */
+int shuntd_link_daemon(struct shuntd *d, struct session *s);
+/* The link between @a and @b (made if need be), or NULL. */
 struct link *shuntd_link_get(struct shuntd *d, struct session *a, struct session *b);
-int shuntd_link_slot(struct link *l, uint32_t *slot);
-void shuntd_link_release(struct shuntd *d, struct link *l, uint32_t slot);
-void shuntd_link_session_gone(struct shuntd *d, struct link *l, struct session *s);
-unsigned shuntd_link_side_of(const struct link *l, const struct session *s);
+/* Post @slot to @s through its daemon link (and wake it if it sleeps). */
+void shuntd_link_notify(struct session *s, uint32_t slot);
+void shuntd_link_session_gone(struct shuntd *d, struct session *s);
+/* LINK and LINK_NEXT requests. */
+void shuntd_link_request(struct shuntd *d, struct session *s, const struct shunt_msg_link *m);
+void shuntd_link_next(struct shuntd *d, struct session *s, const struct shunt_msg_link *m);
 
 /* connect.c */
 void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_connect *m, int fd);

@@ -15,6 +15,9 @@ static void send_sessions(struct shuntd *d, struct session *to, uint32_t seq)
 	while ((s = shunt_map_next(&d->sessions, &it, &key))) {
 		struct shunt_msg_status_session r;
 
+		if (s->ticket)
+			continue;
+
 		shunt_proto_init(&r, SHUNT_MSG_STATUS_SESSION, sizeof(r), seq);
 		r.session = s->id;
 		r.pid = s->pid;
@@ -35,7 +38,7 @@ static void send_listeners(struct shuntd *d, struct session *to, uint32_t seq)
 
 		shunt_proto_init(&r, SHUNT_MSG_STATUS_LISTENER, sizeof(r), seq);
 		r.listener = l->id;
-		r.session = l->session->id;
+		r.session = shuntd_listener_holder(l) ? shuntd_listener_holder(l)->id : 0;
 		r.netns = l->netns;
 		r.addr = l->addr;
 		r.backlog = l->max_queued - 1;
@@ -56,7 +59,9 @@ static void send_circuits(struct shuntd *d, struct session *to, uint32_t seq)
 		shunt_proto_init(&r, SHUNT_MSG_STATUS_CONN, sizeof(r), seq);
 		r.circuit = c->id;
 		for (unsigned e = 0; e < 2; e++) {
-			r.session[e] = c->end[e].session ? c->end[e].session->id : 0;
+			struct session *h = shuntd_circuit_holder(c, e);
+
+			r.session[e] = h ? h->id : 0;
 			r.addr[e] = c->local[e];
 			/* Counters read from shared memory: shown, never believed. */
 			r.bytes[e] = atomic_load(&c->hdr->ring[shunt_tx_ring(e)].tail);

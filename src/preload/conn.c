@@ -107,9 +107,7 @@ static void cursor_init(struct iov_cursor *cur, const struct iovec *iov, int cnt
 struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 {
 	struct shunt_conn *c;
-	struct shunt_plink *link;
 	struct shunt_circuit_hdr *hdr;
-	unsigned side = g->msg.link_side;
 	int r;
 
 	/* Without the hub nobody here could sleep on this circuit: refuse it. */
@@ -119,6 +117,8 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 		return NULL;
 	}
 	r = shunt_circuit_map(g->memfd, g->msg.ring_size, &hdr);
+	shunt_close_internal(g->memfd);
+	g->memfd = -1;
 	if (r < 0) {
 		shunt_warn("cannot map circuit %llu: %s", (unsigned long long)g->msg.circuit,
 			   strerror(-r));
@@ -126,20 +126,11 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 		*err = r;
 		return NULL;
 	}
-	shunt_close_internal(g->memfd);
-	g->memfd = -1;
-	link = shunt_plink_attach(g);
-	/* Whatever else came (an unused link) is closed; the kernel half is the caller's. */
-	int half = g->kernel_half;
-
-	g->kernel_half = -1;
-	shunt_grant_discard(g);
-	g->kernel_half = half;
 	c = calloc(1, sizeof(*c));
-	if (!link || !c) {
-		free(c);
+	if (!c) {
 		shunt_circuit_unmap(hdr, g->msg.ring_size);
-		*err = link ? -ENOMEM : -EPROTO;
+		shunt_grant_discard(g);
+		*err = -ENOMEM;
 		return NULL;
 	}
 	c->hdr = hdr;
@@ -148,22 +139,27 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 	c->circuit = g->msg.circuit;
 	c->me = &hdr->end[c->end];
 	c->peer = &hdr->end[c->end ^ 1];
-	c->link = link;
-	c->link_side = side;
-	c->slot = g->msg.slot;
-	c->wake_peer = (struct shunt_wake_target){
-		.end = c->peer, .link = &link->hdr->side[side ^ 1],
-		.slot = g->msg.slot, .efd = link->efd[side ^ 1],
-	};
-	c->wake_self = (struct shunt_wake_target){
-		.end = c->me, .link = &link->hdr->side[side],
-		.slot = g->msg.slot, .efd = link->efd[side],
-	};
 	c->local = g->msg.local;
 	c->remote = g->msg.peer;
+	c->slot = SHUNT_NO_SLOT;
+	c->route = -1;
 	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
 	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
 	return c;
+}
+
+/* Wake the peer's holders (futex sleepers, and watchers through their routes). */
+static void wake_peer(struct shunt_conn *c, unsigned why)
+{
+	if (shunt_wake_end(c->peer, why))
+		shunt_notice_post(c->peer, c->peer_links);
+}
+
+/* Wake the other holders of our own end: other threads, other processes sharing it. */
+static void wake_self(struct shunt_conn *c, unsigned why)
+{
+	if (shunt_wake_end(c->me, why))
+		shunt_notice_post(c->me, c->self_links);
 }
 
 /* Publish a state bit of our end and wake the peer to look at it. */
@@ -171,7 +167,7 @@ static void publish_state(struct shunt_conn *c, uint32_t bits)
 {
 	/* Release: bytes published before the FIN are seen with it. */
 	atomic_fetch_or_explicit(&c->me->state, bits, memory_order_release);
-	shunt_wake(&c->wake_peer, SHUNT_WAKE_ALL);
+	wake_peer(c, SHUNT_WAKE_ALL);
 }
 
 static uint32_t my_state(struct shunt_conn *c)
@@ -301,17 +297,38 @@ static uint64_t unread(struct shunt_conn *c)
 	return n > c->ring_size ? 0 : n;
 }
 
-void shunt_conn_shut(struct shunt_conn *c, bool abort)
+/* The last close of the end: a FIN, or a reset. */
+static void publish_close(struct shunt_conn *c, bool abort)
 {
-	if (my_state(c) & SHUNT_END_CLOSED)
-		return;
 	/* As the kernel: unread data or SO_LINGER 0 make close() a reset. */
 	if (abort || unread(c) != 0)
 		publish_state(c, SHUNT_END_CLOSED | SHUNT_END_RESET);
 	else
 		publish_state(c, SHUNT_END_CLOSED | SHUNT_END_WR_SHUT);
+}
+
+void shunt_conn_shut(struct shunt_conn *c, bool abort)
+{
+	int r;
+
+	if (c->let_go)
+		return;
+	c->let_go = true;
 	shunt_notice_unbind(c);
-	shunt_ctl_close(c->circuit, c->end);
+	/*
+	 * Like the kernel's socket release, which only the last reference
+	 * triggers: held by this process alone (the count is shuntd's), we
+	 * publish at once; shared after fork, shuntd says who is last.
+	 */
+	if (atomic_load(&c->me->holders) <= 1) {
+		publish_close(c, abort);
+		shunt_ctl_close(c->circuit, c->end, false);
+	} else {
+		r = shunt_ctl_close(c->circuit, c->end, true);
+		/* Without shuntd's word, better a connection ended early than one never ended. */
+		if (r == SHUNT_LAST || r < 0)
+			publish_close(c, abort);
+	}
 	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
 	atomic_fetch_add(&shunt_stats.shm_rx_bytes, shunt_conn_rx_bytes(c));
 }
@@ -397,7 +414,7 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (n) {
 			copy_to_ring(&c->tx, &cur, n);
 			shunt_ring_publish(&c->tx, n);
-			shunt_wake(&c->wake_peer, SHUNT_WAKE_RX);
+			wake_peer(c, SHUNT_WAKE_RX);
 			done += n;
 		}
 		if (done == (size_t)total)
@@ -458,7 +475,7 @@ static void credit_returned(struct shunt_conn *c)
 	size_t used = (size_t)(c->rx.seen - c->rx.pos);
 
 	if (used <= c->ring_size - c->ring_size / 3)
-		shunt_wake(&c->wake_peer, SHUNT_WAKE_TX);
+		wake_peer(c, SHUNT_WAKE_TX);
 }
 
 ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
@@ -561,12 +578,12 @@ int shunt_conn_shutdown(struct shunt_conn *c, int how)
 	if (how == SHUT_RD || how == SHUT_RDWR) {
 		atomic_fetch_or_explicit(&c->me->state, SHUNT_END_RD_SHUT, memory_order_release);
 		/* Our own blocked readers now see EOF. */
-		shunt_wake(&c->wake_self, SHUNT_WAKE_ALL);
+		wake_self(c, SHUNT_WAKE_ALL);
 	}
 	if ((how == SHUT_WR || how == SHUT_RDWR) &&
 	    !(my_state(c) & SHUNT_END_WR_SHUT)) {
 		publish_state(c, SHUNT_END_WR_SHUT);
-		shunt_wake(&c->wake_self, SHUNT_WAKE_ALL);
+		wake_self(c, SHUNT_WAKE_ALL);
 	}
 	return is_dead(c) ? -ENOTCONN : 0;
 }

@@ -28,35 +28,44 @@ struct shunt_plink;
  * of it, and the copies of the positions are re-read whenever a lock is
  * taken, since another holder may have moved them.
  */
+enum { SHUNT_NO_SLOT = 0xffffffffu };
+
 struct shunt_conn {
 	struct shunt_circuit_hdr *hdr;
 	uint32_t ring_size;
 	unsigned end;			/* enum shunt_end_index */
 	uint64_t circuit;
 	struct shunt_circuit_end *me, *peer;
-	struct shunt_plink *link;
-	unsigned link_side;		/* our side of the link */
-	uint32_t slot;			/* the circuit's slot in the link */
-	struct shunt_sock *owner;	/* under shunt_notice_lock: who notices go to */
-	struct shunt_wake_target wake_peer;	/* to wake the other end's owner */
-	struct shunt_wake_target wake_self;	/* to wake our own waiters */
 	struct shunt_wire_addr local, remote;
+
+	/* Under shunt_notice_lock (notice.c): where this process hears of it. */
+	struct shunt_sock *owner;	/* who notices go to */
+	uint32_t slot;			/* ours on every link, or SHUNT_NO_SLOT */
+	int route;			/* our entry in me->route, or -1 */
+	uint64_t route_word;		/* what we wrote there */
+
+	/* The link to post through for each route of the peer's end and of ours. */
+	struct shunt_plink *_Atomic peer_links[SHUNT_ROUTES];
+	struct shunt_plink *_Atomic self_links[SHUNT_ROUTES];
 
 	struct shunt_ring tx;		/* under me->tx_lock */
 	struct shunt_ring rx;		/* under me->rx_lock */
 	struct shunt_conn *retired_next;	/* the owning socket's list of shut connections */
+	bool let_go;			/* shunt_conn_shut ran: this process no longer holds it */
 };
 
 /*
- * Attach to the circuit of a grant, taking over its descriptors except the
- * kernel half, which stays in the grant for the caller (on failure all are
- * closed). Returns the connection, or NULL with -errno in *@err.
+ * Attach to the circuit of a grant, taking over its memfd; the kernel half
+ * stays in the grant for the caller (on failure all are closed). Returns the
+ * connection, or NULL with -errno in *@err. It hears of nothing until bound
+ * to its socket (shunt_notice_bind).
  */
 struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err);
 
 /*
- * Close our end: a FIN, or a reset when @abort (SO_LINGER 0) or when data
- * we never read is left (as the kernel does), then tell shuntd and unmap.
+ * Let go of our end and unmap it. The last holder's close is a FIN, or a
+ * reset when @abort (SO_LINGER 0) or when data never read is left (as the
+ * kernel does); other holders (after fork) keep the connection.
  */
 void shunt_conn_close(struct shunt_conn *c, bool abort);
 

@@ -2,6 +2,7 @@
 /* The control client: this process's session with shuntd. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +12,14 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "preload/control.h"
+#include "preload/plink.h"
 #include "preload/stats.h"
 #include "preload/util.h"
 
 /*
- * Lock order: ctl_lock is taken after a socket's lock and never before; no
- * other lock is taken while it is held.
+ * Lock order: ctl_lock is taken after a socket's lock and the notice lock,
+ * never before; only the links' lock (to install the daemon link) is taken
+ * while it is held.
  */
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sockaddr_un ctl_addr;	/* set once by init */
@@ -24,6 +27,8 @@ static int ctl_fd = -1;			/* under ctl_lock */
 static uint32_t ctl_seq;		/* under ctl_lock */
 static int64_t ctl_retry_at;		/* under ctl_lock: no reconnect before */
 static bool ctl_warned;			/* under ctl_lock */
+static _Atomic uint64_t session_id;	/* written under ctl_lock; 0: no session */
+static uint64_t claim_ticket, claim_secret;	/* under ctl_lock: a fork child's first HELLO */
 
 void shunt_ctl_init(void)
 {
@@ -36,6 +41,16 @@ void shunt_ctl_init(void)
 		strcpy(ctl_addr.sun_path, path);
 }
 
+void shunt_ctl_fork_prepare(void)
+{
+	pthread_mutex_lock(&ctl_lock);
+}
+
+void shunt_ctl_fork_parent(void)
+{
+	pthread_mutex_unlock(&ctl_lock);
+}
+
 void shunt_ctl_after_fork(void)
 {
 	/* Only this thread exists in the child; the lock may have been held. */
@@ -44,6 +59,8 @@ void shunt_ctl_after_fork(void)
 		shunt_close_hidden(ctl_fd);
 	ctl_fd = -1;
 	ctl_retry_at = 0;
+	claim_ticket = 0;
+	atomic_store(&session_id, 0);
 }
 
 static void drop_session(const char *why, int err)
@@ -54,6 +71,7 @@ static void drop_session(const char *why, int err)
 	ctl_warned = true;
 	shunt_close_hidden(ctl_fd);
 	ctl_fd = -1;
+	atomic_store(&session_id, 0);
 	ctl_retry_at = shunt_now_ns() + 1000000000;
 }
 
@@ -64,6 +82,7 @@ static int open_session_locked(void)
 {
 	struct shunt_msg_hello hello;
 	_Alignas(8) char reply[SHUNT_MSG_MAX];
+	int rfds[SHUNT_MSG_MAX_FDS];
 	unsigned n = 0;
 	int fd, r;
 
@@ -87,9 +106,28 @@ static int open_session_locked(void)
 	}
 	ctl_fd = shunt_fd_hide(fd);
 	shunt_proto_init(&hello, SHUNT_MSG_HELLO, sizeof(hello), 0);
-	r = exchange_locked(&hello, NULL, 0, reply, NULL, &n);
-	if (r < 0)
-		return r;
+	if (claim_ticket) {
+		hello.flags = SHUNT_HELLO_CLAIM;
+		hello.ticket = claim_ticket;
+		hello.secret = claim_secret;
+		claim_ticket = 0;
+	}
+	r = exchange_locked(&hello, NULL, 0, reply, rfds, &n);
+	if (r != SHUNT_OK || n != 2) {
+		shunt_proto_close_fds(rfds, n);
+		drop_session("hello", r < 0 ? -r : EPROTO);
+		return -ENOTCONN;
+	}
+	const struct shunt_msg_hello_reply *hr = (const void *)reply;
+
+	if (hr->claim)
+		shunt_warn("shuntd refused this fork child its parent's sockets (%s); "
+			   "they may end when the parent closes them", strerror(-hr->claim));
+	if (shunt_plink_install_daemon(hr->link, rfds) < 0) {
+		drop_session("daemon link", EPROTO);
+		return -ENOTCONN;
+	}
+	atomic_store(&session_id, hr->session);
 	ctl_warned = false;
 	return 0;
 }
@@ -147,6 +185,36 @@ static int request(void *req, const int *fds, unsigned nfds, void *reply, int *r
 	return r;
 }
 
+uint64_t shunt_ctl_session(void)
+{
+	uint64_t id = atomic_load_explicit(&session_id, memory_order_acquire);
+
+	if (id)
+		return id;
+	pthread_mutex_lock(&ctl_lock);
+	open_session_locked();
+	pthread_mutex_unlock(&ctl_lock);
+	return atomic_load_explicit(&session_id, memory_order_acquire);
+}
+
+bool shunt_ctl_has_session(void)
+{
+	return atomic_load_explicit(&session_id, memory_order_acquire) != 0;
+}
+
+int shunt_ctl_claim(uint64_t ticket, uint64_t secret)
+{
+	int r;
+
+	pthread_mutex_lock(&ctl_lock);
+	claim_ticket = ticket;
+	claim_secret = secret;
+	r = open_session_locked();
+	claim_ticket = 0;
+	pthread_mutex_unlock(&ctl_lock);
+	return r;
+}
+
 /* Send a message that has no reply. */
 static void notify(void *msg)
 {
@@ -189,22 +257,22 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, int *doorbell
 	return 0;
 }
 
-void shunt_ctl_unlisten(uint64_t listener)
+void shunt_ctl_unlisten(uint64_t listener, bool shutdown)
 {
 	struct shunt_msg_unlisten m;
 
 	shunt_proto_init(&m, SHUNT_MSG_UNLISTEN, sizeof(m), 0);
 	m.listener = listener;
+	m.flags = shutdown ? SHUNT_UNLISTEN_SHUTDOWN : 0;
 	notify(&m);
 }
 
 void shunt_grant_discard(struct shunt_grant *g)
 {
-	int fds[5] = { g->kernel_half, g->memfd, g->link_memfd, g->link_efd_mine,
-		       g->link_efd_peer };
+	int fds[2] = { g->kernel_half, g->memfd };
 
-	shunt_proto_close_fds(fds, 5);
-	g->kernel_half = g->memfd = g->link_memfd = g->link_efd_mine = g->link_efd_peer = -1;
+	shunt_proto_close_fds(fds, 2);
+	g->kernel_half = g->memfd = -1;
 }
 
 /* Unpack a circuit reply and its descriptors into @g. */
@@ -213,26 +281,20 @@ static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 {
 	unsigned want, i = 0;
 
-	g->kernel_half = g->memfd = g->link_memfd = g->link_efd_mine = g->link_efd_peer = -1;
+	g->kernel_half = g->memfd = -1;
 	if (status != SHUNT_OK) {
 		shunt_proto_close_fds(rfds, n);
 		return status;
 	}
 	memcpy(&g->msg, reply, sizeof(g->msg));
-	want = 1 + (g->msg.flags & SHUNT_CIRCUIT_NEW_LINK ? 3 : 0) +
-	       (g->msg.flags & SHUNT_CIRCUIT_KERNEL_HALF ? 1 : 0);
-	if (n != want || g->msg.end > 1 || g->msg.link_side > 1) {
+	want = 1 + (g->msg.flags & SHUNT_CIRCUIT_KERNEL_HALF ? 1 : 0);
+	if (n != want || g->msg.end > 1) {
 		shunt_proto_close_fds(rfds, n);
 		return -EPROTO;
 	}
 	if (g->msg.flags & SHUNT_CIRCUIT_KERNEL_HALF)
 		g->kernel_half = rfds[i++];
 	g->memfd = rfds[i++];
-	if (g->msg.flags & SHUNT_CIRCUIT_NEW_LINK) {
-		g->link_memfd = rfds[i++];
-		g->link_efd_mine = rfds[i++];
-		g->link_efd_peer = rfds[i++];
-	}
 	return 0;
 }
 
@@ -267,12 +329,93 @@ int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 	return request_circuit(&m, fd, g);
 }
 
-void shunt_ctl_close(uint64_t circuit, unsigned end)
+int shunt_ctl_close(uint64_t circuit, unsigned end, bool shared)
 {
 	struct shunt_msg_close m;
+	_Alignas(8) char reply[SHUNT_MSG_MAX];
+	unsigned n = 0;
 
 	shunt_proto_init(&m, SHUNT_MSG_CLOSE, sizeof(m), 0);
 	m.circuit = circuit;
 	m.end = end;
+	if (!shared) {
+		notify(&m);
+		return SHUNT_OK;
+	}
+	m.flags = SHUNT_CLOSE_SHARED;
+	return request(&m, NULL, 0, reply, NULL, &n);
+}
+
+/* A link reply: SHUNT_OK with three descriptors, or one that says the link is gone. */
+static int take_link(int status, const void *reply, int *rfds, unsigned n,
+		     struct shunt_msg_link_reply *r, int fds[3])
+{
+	if (status != SHUNT_OK) {
+		shunt_proto_close_fds(rfds, n);
+		return status;
+	}
+	memcpy(r, reply, sizeof(*r));
+	if (n != ((r->flags & SHUNT_LINK_GONE) ? 0u : 3u) || r->side > 1) {
+		shunt_proto_close_fds(rfds, n);
+		return -EPROTO;
+	}
+	memcpy(fds, rfds, n * sizeof(int));
+	return SHUNT_OK;
+}
+
+int shunt_ctl_link(uint64_t partner, struct shunt_msg_link_reply *r, int fds[3])
+{
+	struct shunt_msg_link m;
+	_Alignas(8) char reply[SHUNT_MSG_MAX];
+	int rfds[SHUNT_MSG_MAX_FDS];
+	unsigned n = 0;
+	int st;
+
+	shunt_proto_init(&m, SHUNT_MSG_LINK, sizeof(m), 0);
+	m.partner = partner;
+	st = request(&m, NULL, 0, reply, rfds, &n);
+	st = take_link(st, reply, rfds, n, r, fds);
+	if (st == SHUNT_OK && (r->flags & SHUNT_LINK_GONE))
+		return -EPROTO;
+	return st > 0 ? -EPROTO : st;
+}
+
+int shunt_ctl_link_next(struct shunt_msg_link_reply *r, int fds[3])
+{
+	struct shunt_msg_link m;
+	_Alignas(8) char reply[SHUNT_MSG_MAX];
+	int rfds[SHUNT_MSG_MAX_FDS];
+	unsigned n = 0;
+
+	int st;
+
+	shunt_proto_init(&m, SHUNT_MSG_LINK_NEXT, sizeof(m), 0);
+	st = request(&m, NULL, 0, reply, rfds, &n);
+	return take_link(st, reply, rfds, n, r, fds);
+}
+
+int shunt_ctl_fork(uint64_t *ticket, uint64_t *secret)
+{
+	struct shunt_msg_fork m;
+	_Alignas(8) char reply[SHUNT_MSG_MAX];
+	unsigned n = 0;
+	int r;
+
+	shunt_proto_init(&m, SHUNT_MSG_FORK, sizeof(m), 0);
+	r = request(&m, NULL, 0, reply, NULL, &n);
+	if (r != SHUNT_OK)
+		return r > 0 ? -EPROTO : r;
+	*ticket = ((struct shunt_msg_fork_reply *)reply)->ticket;
+	*secret = ((struct shunt_msg_fork_reply *)reply)->secret;
+	return 0;
+}
+
+void shunt_ctl_fork_done(uint64_t ticket, pid_t pid)
+{
+	struct shunt_msg_fork_done m;
+
+	shunt_proto_init(&m, SHUNT_MSG_FORK_DONE, sizeof(m), 0);
+	m.ticket = ticket;
+	m.pid = pid > 0 ? pid : 0;
 	notify(&m);
 }

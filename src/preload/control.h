@@ -9,7 +9,9 @@
 #ifndef SHUNT_CONTROL_H
 #define SHUNT_CONTROL_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "shunt/proto.h"
 
@@ -18,16 +20,26 @@ struct shunt_grant {
 	struct shunt_msg_circuit msg;
 	int kernel_half;		/* -1 unless msg.flags has SHUNT_CIRCUIT_KERNEL_HALF */
 	int memfd;
-	int link_memfd;			/* -1 unless msg.flags has SHUNT_CIRCUIT_NEW_LINK */
-	int link_efd_mine;
-	int link_efd_peer;
 };
 
 /* Set up from the environment (SHUNT_SOCKET); called once by init. */
 void shunt_ctl_init(void);
 
+/* Around fork: no thread may be half-way through an exchange with shuntd. */
+void shunt_ctl_fork_prepare(void);
+void shunt_ctl_fork_parent(void);
+
 /* In a fork child: forget the parent's session; the child makes its own. */
 void shunt_ctl_after_fork(void);
+
+/*
+ * This process's session id at shuntd, opening the session if need be; 0
+ * when shuntd cannot be reached.
+ */
+uint64_t shunt_ctl_session(void);
+
+/* Whether a session is open now (without opening one). */
+bool shunt_ctl_has_session(void);
 
 /*
  * Register listening socket @fd (or refresh registration @refresh after a
@@ -36,7 +48,8 @@ void shunt_ctl_after_fork(void);
  */
 int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, int *doorbell);
 
-void shunt_ctl_unlisten(uint64_t listener);
+/* Let go of a listener (@shutdown: it stops listening for every process holding it). */
+void shunt_ctl_unlisten(uint64_t listener, bool shutdown);
 
 /*
  * Ask for a circuit from bound socket @fd to @dst. Returns 0 with *@g,
@@ -48,8 +61,30 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 /* Take a queued circuit of listener @listener held as @fd: 0, -EAGAIN or -errno. */
 int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g);
 
-/* Tell shuntd that @end of @circuit is closed (no reply awaited). */
-void shunt_ctl_close(uint64_t circuit, unsigned end);
+/*
+ * Let go of @end of @circuit. Alone holding it (@shared false), we already
+ * published its FIN and shuntd need not answer; otherwise shuntd says
+ * whether we were the last holder: SHUNT_LAST, SHUNT_OK, or -errno.
+ */
+int shunt_ctl_close(uint64_t circuit, unsigned end, bool shared);
+
+/* The link with session @partner: 0 with the reply and its three descriptors, or -errno. */
+int shunt_ctl_link(uint64_t partner, struct shunt_msg_link_reply *r, int fds[3]);
+
+/*
+ * A link shuntd made for us, or one that died: SHUNT_OK with the reply (and
+ * three descriptors unless it has SHUNT_LINK_GONE), SHUNT_NONE, or -errno.
+ */
+int shunt_ctl_link_next(struct shunt_msg_link_reply *r, int fds[3]);
+
+/* Before fork: a ticket for the child. 0 with ticket and secret, or -errno. */
+int shunt_ctl_fork(uint64_t *ticket, uint64_t *secret);
+
+/* After fork, in the parent: the child's pid, or 0 if fork failed. */
+void shunt_ctl_fork_done(uint64_t ticket, pid_t pid);
+
+/* In the fork child: open our own session, claiming the parent's ticket. 0 or -errno. */
+int shunt_ctl_claim(uint64_t ticket, uint64_t secret);
 
 /* Close every descriptor of a grant that was not used. */
 void shunt_grant_discard(struct shunt_grant *g);

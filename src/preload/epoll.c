@@ -33,6 +33,7 @@
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shunt_epoll *ep_pool;	/* under pool_lock; type-stable, as fdtable.c needs */
 static struct shunt_reg *reg_pool;	/* under pool_lock; type-stable, as sentinels need */
+static struct shunt_epoll *ep_all;	/* under pool_lock: every instance object ever made */
 
 static long kctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
@@ -53,6 +54,10 @@ static struct shunt_epoll *ep_new(void)
 		if (!ep)
 			return NULL;
 		pthread_mutex_init(&ep->lock, NULL);
+		pthread_mutex_lock(&pool_lock);
+		ep->all_next = ep_all;
+		ep_all = ep;
+		pthread_mutex_unlock(&pool_lock);
 	}
 	ep->f.kind = SHUNT_FILE_EPOLL;
 	ep->kfd = ep->bell = -1;
@@ -580,4 +585,21 @@ void shunt_epoll_release(struct shunt_epoll *ep)
 	}
 	pthread_mutex_unlock(&shunt_notice_lock);
 	ep_free(ep);
+}
+
+void shunt_epoll_fork_prepare(void)
+{
+	pthread_mutex_lock(&pool_lock);
+}
+
+void shunt_epoll_fork_parent(void)
+{
+	pthread_mutex_unlock(&pool_lock);
+}
+
+void shunt_epoll_fork_child(void)
+{
+	pthread_mutex_init(&pool_lock, NULL);
+	for (struct shunt_epoll *ep = ep_all; ep; ep = ep->all_next)
+		pthread_mutex_init(&ep->lock, NULL);
 }

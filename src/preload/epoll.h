@@ -50,6 +50,7 @@ enum shunt_reg_mode {
 struct shunt_epoll {
 	struct shunt_file f;		/* first: what the fd table holds */
 	struct shunt_epoll *next_free;	/* under the pool lock */
+	struct shunt_epoll *all_next;	/* under the pool lock: every object, for fork */
 	pthread_mutex_t lock;		/* ready list, bell, sleepers, sentinels */
 	int kfd;			/* our hidden dup of the instance, for our own calls */
 	int bell;			/* hidden eventfd registered in it, level-triggered */
@@ -124,5 +125,10 @@ bool shunt_epoll_readable(struct shunt_epoll *ep);
 
 /* Called by shunt_file_put when the last reference is gone. */
 void shunt_epoll_release(struct shunt_epoll *ep);
+
+/* Around fork (fork.c): the pool's lock, and in the child every instance's lock anew. */
+void shunt_epoll_fork_prepare(void);
+void shunt_epoll_fork_parent(void);
+void shunt_epoll_fork_child(void);
 
 #endif

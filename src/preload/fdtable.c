@@ -23,6 +23,22 @@
 
 static _Atomic(struct shunt_file *) *table;
 static size_t table_size;
+static _Atomic size_t high;	/* one past the highest slot ever set: scans stop there */
+
+static void saw(int fd)
+{
+	size_t h = atomic_load_explicit(&high, memory_order_relaxed);
+
+	while ((size_t)fd >= h &&
+	       !atomic_compare_exchange_weak_explicit(&high, &h, (size_t)fd + 1, memory_order_relaxed,
+						      memory_order_relaxed))
+		;
+}
+
+size_t shunt_fdt_high(void)
+{
+	return atomic_load_explicit(&high, memory_order_relaxed);
+}
 
 /* The kernel never hands out a descriptor at or above fs.nr_open. */
 static size_t fd_ceiling(void)
@@ -85,6 +101,7 @@ void shunt_fdt_mark_hidden(int fd, int hidden)
 {
 	if ((size_t)fd >= table_size)
 		return;
+	saw(fd);
 	atomic_store_explicit(&table[fd], hidden ? HIDDEN : NULL, memory_order_relaxed);
 }
 
@@ -134,6 +151,7 @@ struct shunt_file *shunt_fdt_set(int fd, struct shunt_file *f)
 
 	if ((size_t)fd >= table_size)
 		return NULL;
+	saw(fd);
 	shunt_file_ref(f);
 	old = atomic_exchange_explicit(&table[fd], f, memory_order_acq_rel);
 	return old == HIDDEN ? NULL : old;

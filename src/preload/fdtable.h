@@ -54,4 +54,7 @@ void shunt_fdt_mark_hidden(int fd, int hidden);
 /* Number of slots: descriptors at or above it are never ours. */
 size_t shunt_fdt_size(void);
 
+/* One past the highest descriptor the table ever held: a bound for scans. */
+size_t shunt_fdt_high(void);
+
 #endif

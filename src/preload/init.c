@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "preload/control.h"
 #include "preload/fdtable.h"
+#include "preload/fork.h"
 #include "preload/init.h"
 #include "preload/libc.h"
 #include "preload/notice.h"
@@ -29,13 +30,6 @@ bool shunt_enabled(void)
 	return enabled;
 }
 
-static void after_fork_child(void)
-{
-	shunt_pid = (uint32_t)getpid();
-	shunt_ctl_after_fork();
-	shunt_notice_after_fork();
-}
-
 static void init(void)
 {
 	const char *off = getenv("SHUNT_DISABLE");
@@ -49,7 +43,7 @@ static void init(void)
 	shunt_ctl_init();
 	shunt_wait_init();
 	shunt_stats_init();
-	pthread_atfork(NULL, NULL, after_fork_child);
+	pthread_atfork(shunt_fork_prepare, shunt_fork_parent, shunt_fork_child);
 	atomic_store_explicit(&shunt_ready, true, memory_order_release);
 }
 

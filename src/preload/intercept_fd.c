@@ -33,6 +33,31 @@ SHUNT_EXPORT int close(int fd)
 	return (int)shunt_ret(shunt_op_close(fd), saved);
 }
 
+SHUNT_EXPORT int close_range(unsigned first, unsigned last, int flags)
+{
+	int saved = errno;
+
+	shunt_ensure_init();
+	return (int)shunt_ret(shunt_op_close_range(first, last, flags), saved);
+}
+
+/* glibc's closefrom() calls close_range() without going through us. */
+SHUNT_EXPORT void closefrom(int lowfd)
+{
+	int saved = errno;
+
+	shunt_ensure_init();
+	if (lowfd < 0)
+		lowfd = 0;
+	if (shunt_op_close_range((unsigned)lowfd, ~0U, 0) < 0) {
+		/* As glibc: close what can be closed one by one, never fail. */
+		for (size_t fd = (size_t)lowfd; fd < shunt_fdt_high(); fd++)
+			if (!shunt_fdt_is_hidden((int)fd))
+				close((int)fd);
+	}
+	errno = saved;
+}
+
 static void warn_hidden(int fd)
 {
 	if (shunt_fdt_is_hidden(fd))

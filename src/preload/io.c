@@ -69,8 +69,8 @@ static int await_connected(struct shunt_sock *s, bool nonblock, int64_t timeout_
 ssize_t shunt_op_send(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct shunt_io io = {
-		.nonblock = atomic_load(&s->nonblock) || (flags & MSG_DONTWAIT),
-		.timeout_us = atomic_load(&s->sndtimeo_us),
+		.nonblock = (flags & MSG_DONTWAIT) || shunt_sock_opt_nonblock(s),
+		.timeout_us = shunt_sock_opt_sndtimeo(s),
 		.lowat = 1,
 	};
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
@@ -89,9 +89,9 @@ ssize_t shunt_op_send(struct shunt_sock *s, const struct iovec *iov, int iovcnt,
 ssize_t shunt_op_recv(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct shunt_io io = {
-		.nonblock = atomic_load(&s->nonblock) || (flags & MSG_DONTWAIT),
-		.timeout_us = atomic_load(&s->rcvtimeo_us),
-		.lowat = atomic_load(&s->rcvlowat),
+		.nonblock = (flags & MSG_DONTWAIT) || shunt_sock_opt_nonblock(s),
+		.timeout_us = shunt_sock_opt_rcvtimeo(s),
+		.lowat = shunt_sock_opt_rcvlowat(s),
 	};
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
 	struct shunt_conn *c = s->conn;
@@ -241,7 +241,7 @@ ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct
 		return r < 0 ? -errno : r;
 	}
 	/* Pipe to socket: no more than the ring takes now when we must not block. */
-	if (msg || atomic_load(&out->nonblock)) {
+	if (msg || shunt_sock_opt_nonblock(out)) {
 		size_t free_now = out->conn ? out->conn->ring_size - shunt_conn_outq(out->conn) : 0;
 
 		if (!free_now)

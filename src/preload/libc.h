@@ -66,7 +66,8 @@
 	X(int, epoll_ctl, (int, int, int, struct epoll_event *)) \
 	X(int, epoll_wait, (int, struct epoll_event *, int, int)) \
 	X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *)) \
-	X(int, epoll_pwait2, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *))
+	X(int, epoll_pwait2, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *)) \
+	X(pid_t, fork, (void))
 
 #define SHUNT_LIBC_POINTER(ret, name, args) ret (*name) args;
 struct shunt_libc {

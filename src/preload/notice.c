@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Notices: draining link bits and routing them to sockets and their epolls. */
+/* Notices: slots and routes, draining link bits, routing them to sockets and their epolls. */
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -8,15 +8,32 @@
 
 #include "common/log.h"
 #include "preload/conn.h"
+#include "preload/control.h"
 #include "preload/epoll.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
 #include "preload/util.h"
 
+enum {
+	CHUNK = 1024,				/* slot table entries allocated together */
+	SLOTS = SHUNT_LINK_SLOT_PULL,		/* the last slot is shuntd's */
+	CHUNKS = (SLOTS + CHUNK - 1) / CHUNK,
+};
+
 pthread_mutex_t shunt_notice_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static pthread_mutex_t hub_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int hub = -1;	/* published once made; under hub_lock while making */
+
+/* Under shunt_notice_lock: which connection each slot is, and the free ones. */
+static struct shunt_conn **table[CHUNKS];
+static uint32_t *free_slots;
+static uint32_t nfree, next_fresh;
+static bool warned_routes;
+
+/* Set by a drain that saw shuntd's pull slot; the next drain asks for what it has. */
+static _Atomic bool pull_pending;
+static pthread_mutex_t pull_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int shunt_notice_hub(void)
 {
@@ -38,45 +55,107 @@ int shunt_notice_hub(void)
 	return h;
 }
 
-void shunt_notice_after_fork(void)
-{
-	/* The parent's hub is the same kernel object: the child makes its own. */
-	pthread_mutex_init(&shunt_notice_lock, NULL);
-	pthread_mutex_init(&hub_lock, NULL);
-	atomic_store(&hub, -1);
-}
-
-void shunt_notice_add_link(struct shunt_plink *l, unsigned side)
+void shunt_notice_watch_efd(int efd, struct shunt_plink *l)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.ptr = l };
 	int h = shunt_notice_hub();
 
 	/* Edge-triggered: each write is one wake-up, and nobody ever resets it. */
-	if (h >= 0 && syscall(SYS_epoll_ctl, h, EPOLL_CTL_ADD, l->efd[side], &ev) < 0 &&
-	    errno != EEXIST)
+	if (h >= 0 && syscall(SYS_epoll_ctl, h, EPOLL_CTL_ADD, efd, &ev) < 0 && errno != EEXIST)
 		shunt_warn("cannot watch link %llu: %s", (unsigned long long)l->id, strerror(errno));
 }
 
-static struct shunt_conn **slot_entry(struct shunt_plink *l, unsigned side, uint32_t slot,
-				      bool make)
+void shunt_notice_unwatch_efd(int efd)
 {
-	struct shunt_conn ***chunk = &l->slots[side][slot / SHUNT_PLINK_CHUNK];
+	int h = atomic_load_explicit(&hub, memory_order_acquire);
 
-	if (!*chunk && make)
-		*chunk = calloc(SHUNT_PLINK_CHUNK, sizeof(**chunk));
-	return *chunk ? &(*chunk)[slot % SHUNT_PLINK_CHUNK] : NULL;
+	if (h >= 0)
+		syscall(SYS_epoll_ctl, h, EPOLL_CTL_DEL, efd, NULL);
 }
 
-void shunt_notice_bind(struct shunt_conn *c, struct shunt_sock *owner)
+static struct shunt_conn **slot_entry(uint32_t slot, bool make)
+{
+	struct shunt_conn ***chunk;
+
+	if (slot >= SLOTS)
+		return NULL;
+	chunk = &table[slot / CHUNK];
+	if (!*chunk && make)
+		*chunk = calloc(CHUNK, sizeof(**chunk));
+	return *chunk ? &(*chunk)[slot % CHUNK] : NULL;
+}
+
+/* A free slot, or SHUNT_NO_SLOT. Under the notice lock. */
+static uint32_t slot_alloc(void)
+{
+	if (nfree)
+		return free_slots[--nfree];
+	if (next_fresh < SLOTS)
+		return next_fresh++;
+	return SHUNT_NO_SLOT;
+}
+
+static void slot_free(uint32_t slot)
+{
+	/* At most SLOTS entries are ever free: room for them all on first use. */
+	if (!free_slots && !(free_slots = malloc(SLOTS * sizeof(*free_slots))))
+		return;		/* the slot is lost, not misused */
+	free_slots[nfree++] = slot;
+}
+
+/* Publish where this session wants notices for @c. Under the notice lock. */
+static bool add_route(struct shunt_conn *c)
+{
+	uint64_t me = shunt_ctl_session(), r = shunt_route_make(me, c->slot);
+
+	if (!me)
+		return false;
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		uint64_t free_word = 0;
+
+		if (atomic_compare_exchange_strong(&c->me->route[i], &free_word, r)) {
+			c->route = (int)i;
+			c->route_word = r;
+			return true;
+		}
+	}
+	if (!warned_routes)
+		shunt_warn("circuit %llu: more than %d processes watch one socket; "
+			   "this one is not told when it is ready", (unsigned long long)c->circuit,
+			   SHUNT_ROUTES);
+	warned_routes = true;
+	return false;
+}
+
+static void drop_route(struct shunt_conn *c)
+{
+	uint64_t r = c->route_word;
+
+	/* Only if it is still ours: the word is shared memory. */
+	if (c->route >= 0)
+		atomic_compare_exchange_strong(&c->me->route[c->route], &r, 0);
+	c->route = -1;
+}
+
+bool shunt_notice_bind(struct shunt_conn *c, struct shunt_sock *owner)
 {
 	struct shunt_conn **e;
+	bool routed = false;
 
 	pthread_mutex_lock(&shunt_notice_lock);
 	c->owner = owner;
-	e = slot_entry(c->link, c->link_side, c->slot, true);
-	if (e)
-		*e = c;
+	if (c->slot == SHUNT_NO_SLOT) {
+		c->slot = slot_alloc();
+		e = slot_entry(c->slot, true);
+		if (e)
+			*e = c;
+		else
+			c->slot = SHUNT_NO_SLOT;
+	}
+	if (c->slot != SHUNT_NO_SLOT)
+		routed = c->route >= 0 || add_route(c);
 	pthread_mutex_unlock(&shunt_notice_lock);
+	return routed;
 }
 
 void shunt_notice_unbind(struct shunt_conn *c)
@@ -84,27 +163,52 @@ void shunt_notice_unbind(struct shunt_conn *c)
 	struct shunt_conn **e;
 
 	pthread_mutex_lock(&shunt_notice_lock);
-	e = slot_entry(c->link, c->link_side, c->slot, false);
-	if (e && *e == c)
-		*e = NULL;
+	if (c->slot != SHUNT_NO_SLOT) {
+		drop_route(c);
+		e = slot_entry(c->slot, false);
+		if (e && *e == c) {
+			*e = NULL;
+			slot_free(c->slot);
+		}
+		c->slot = SHUNT_NO_SLOT;
+	}
 	c->owner = NULL;
 	pthread_mutex_unlock(&shunt_notice_lock);
 }
 
+void shunt_notice_reroute(void)
+{
+	pthread_mutex_lock(&shunt_notice_lock);
+	for (uint32_t ch = 0; ch < CHUNKS; ch++) {
+		if (!table[ch])
+			continue;
+		for (uint32_t i = 0; i < CHUNK; i++) {
+			struct shunt_conn *c = table[ch][i];
+
+			if (!c)
+				continue;
+			add_route(c);
+			/* What changed before the route existed reached nobody here: look now. */
+			if (c->owner)
+				shunt_epoll_sock_changed(c->owner);
+		}
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+}
+
 /* Route one noticed slot. Under shunt_notice_lock. */
-static void route(struct shunt_plink *l, unsigned side, uint32_t slot)
+static void route(uint32_t slot)
 {
 	/* The slot comes from shared memory: only our own table says what it is. */
-	struct shunt_conn **e = slot_entry(l, side, slot, false);
+	struct shunt_conn **e = slot_entry(slot, false);
 
 	if (e && *e && (*e)->owner)
 		shunt_epoll_sock_changed((*e)->owner);
 }
 
 /* Drain one side's bitmap: summary bits name the words that may hold bits. */
-static int drain_side(struct shunt_plink *l, unsigned side)
+static int drain_side(struct shunt_link_side *ls)
 {
-	struct shunt_link_side *ls = &l->hdr->side[side];
 	int n = 0;
 
 	for (uint32_t w = 0; w < SHUNT_LINK_SUMMARY_WORDS; w++) {
@@ -121,8 +225,14 @@ static int drain_side(struct shunt_plink *l, unsigned side)
 
 			sum &= sum - 1;
 			while (bits) {
-				route(l, side, word * 64 + (uint32_t)__builtin_ctzll(bits));
+				uint32_t slot = word * 64 + (uint32_t)__builtin_ctzll(bits);
+
 				bits &= bits - 1;
+				if (slot == SHUNT_LINK_SLOT_PULL) {
+					atomic_store(&pull_pending, true);
+					continue;
+				}
+				route(slot);
 				n++;
 			}
 		}
@@ -130,10 +240,49 @@ static int drain_side(struct shunt_plink *l, unsigned side)
 	return n;
 }
 
-int shunt_notice_drain(bool hub_fired)
+/* Take the links shuntd made for us (and forget the dead ones) until it has none. */
+static void pull_links(void)
+{
+	if (pthread_mutex_trylock(&pull_lock))
+		return;		/* another thread is at it */
+	while (atomic_exchange(&pull_pending, false)) {
+		for (int i = 0; i < 1024; i++) {
+			struct shunt_msg_link_reply r;
+			int fds[3], e = shunt_ctl_link_next(&r, fds);
+
+			if (e != SHUNT_OK)
+				break;
+			if (r.flags & SHUNT_LINK_GONE)
+				shunt_plink_gone(r.link);
+			else
+				shunt_plink_install(&r, fds);
+		}
+	}
+	pthread_mutex_unlock(&pull_lock);
+}
+
+static int drain_links(void)
 {
 	unsigned nl = shunt_plink_count();
-	int h = atomic_load_explicit(&hub, memory_order_acquire), n = 0;
+	int n = 0;
+
+	pthread_mutex_lock(&shunt_notice_lock);
+	for (unsigned i = 0; i < nl; i++) {
+		struct shunt_plink *l = shunt_plink_nth(i);
+
+		if (!atomic_load_explicit(&l->live, memory_order_acquire))
+			continue;
+		for (unsigned side = 0; side < 2; side++)
+			if (l->self || l->side == side)
+				n += drain_side(&l->hdr->side[side]);
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+	return n;
+}
+
+int shunt_notice_drain(bool hub_fired)
+{
+	int h = atomic_load_explicit(&hub, memory_order_acquire), n;
 
 	if (hub_fired && h >= 0) {
 		struct epoll_event evs[32];
@@ -142,28 +291,71 @@ int shunt_notice_drain(bool hub_fired)
 		while (syscall(SYS_epoll_wait, h, evs, 32, 0) == 32)
 			;
 	}
-	pthread_mutex_lock(&shunt_notice_lock);
-	for (unsigned i = 0; i < nl; i++) {
-		struct shunt_plink *l = shunt_plink_nth(i);
-
-		for (unsigned side = 0; side < 2; side++)
-			if (atomic_load_explicit(&l->mine[side], memory_order_acquire))
-				n += drain_side(l, side);
+	n = drain_links();
+	if (atomic_load_explicit(&pull_pending, memory_order_relaxed)) {
+		pull_links();
+		/* New links may already carry notices. */
+		n += drain_links();
 	}
-	pthread_mutex_unlock(&shunt_notice_lock);
 	return n;
+}
+
+void shunt_notice_post(struct shunt_circuit_end *end, struct shunt_plink *_Atomic *cache)
+{
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		uint64_t r = atomic_load_explicit(&end->route[i], memory_order_acquire);
+		uint64_t to = shunt_route_session(r);
+		struct shunt_plink *l;
+
+		if (!r)
+			continue;
+		l = atomic_load_explicit(&cache[i], memory_order_relaxed);
+		/* A cached link is only good while it still joins us to that session. */
+		if (!l || atomic_load_explicit(&l->partner, memory_order_acquire) != to ||
+		    !atomic_load_explicit(&l->live, memory_order_acquire)) {
+			l = shunt_plink_get(to);
+			atomic_store_explicit(&cache[i], l, memory_order_relaxed);
+			if (!l)
+				continue;
+		}
+		shunt_plink_post(l, shunt_route_slot(r));
+	}
 }
 
 void shunt_notice_sleepers(int delta)
 {
-	unsigned nl = shunt_plink_count();
+	shunt_plink_sleepers(delta);
+}
 
-	for (unsigned i = 0; i < nl; i++) {
-		struct shunt_plink *l = shunt_plink_nth(i);
+void shunt_notice_fork_prepare(void)
+{
+	pthread_mutex_lock(&shunt_notice_lock);
+}
 
-		for (unsigned side = 0; side < 2; side++)
-			if (atomic_load_explicit(&l->mine[side], memory_order_acquire))
-				atomic_fetch_add_explicit(&l->hdr->side[side].sleepers,
-							  (uint32_t)delta, memory_order_seq_cst);
+void shunt_notice_fork_parent(void)
+{
+	pthread_mutex_unlock(&shunt_notice_lock);
+}
+
+void shunt_notice_after_fork(void)
+{
+	int h = atomic_load(&hub);
+
+	/* The parent's hub is the same kernel object: the child makes its own. */
+	pthread_mutex_init(&shunt_notice_lock, NULL);
+	pthread_mutex_init(&hub_lock, NULL);
+	pthread_mutex_init(&pull_lock, NULL);
+	if (h >= 0)
+		shunt_close_hidden(h);
+	atomic_store(&hub, -1);
+	atomic_store(&pull_pending, false);
+	shunt_plink_after_fork();
+	/* The routes in the circuits are the parent's; ours come with our session. */
+	for (uint32_t ch = 0; ch < CHUNKS; ch++) {
+		if (!table[ch])
+			continue;
+		for (uint32_t i = 0; i < CHUNK; i++)
+			if (table[ch][i])
+				table[ch][i]->route = -1;
 	}
 }

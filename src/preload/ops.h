@@ -34,6 +34,8 @@ int shunt_op_getsockname(struct shunt_sock *s, int fd, struct sockaddr *addr, so
 int shunt_op_getpeername(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *len);
 int shunt_op_shutdown(struct shunt_sock *s, int fd, int how);
 int shunt_op_close(int fd);
+/* close_range(2), which must not close the library's own descriptors. */
+int shunt_op_close_range(unsigned first, unsigned last, int flags);
 /* After the C library duplicated @oldfd onto @newfd: share the socket. */
 void shunt_op_dup(int oldfd, int newfd);
 

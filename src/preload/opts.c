@@ -7,6 +7,7 @@
  * few whose value depends on the connection the kernel half does not have.
  */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <string.h>
 #include <linux/sockios.h>
@@ -29,6 +30,111 @@ static int64_t timeout_us(int fd, int name)
 	if (shunt_libc.getsockopt(fd, SOL_SOCKET, name, &tv, &len) < 0)
 		return 0;
 	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/*
+ * The circuit end whose copies of the options count, or NULL. A retired
+ * connection stays mapped until the socket is released, so reading one that
+ * is being replaced is harmless.
+ */
+static struct shunt_circuit_end *opts_end(struct shunt_sock *s)
+{
+	struct shunt_conn *c = s->conn;
+
+	return c ? c->me : NULL;
+}
+
+bool shunt_sock_opt_nonblock(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	return e ? atomic_load_explicit(&e->nonblock, memory_order_relaxed) != 0
+		 : atomic_load(&s->nonblock);
+}
+
+/* Timeouts read from shared memory: a negative one (a lie) is none. */
+int64_t shunt_sock_opt_rcvtimeo(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+	int64_t v = e ? atomic_load_explicit(&e->rcvtimeo_us, memory_order_relaxed)
+		      : atomic_load(&s->rcvtimeo_us);
+
+	return v > 0 ? v : 0;
+}
+
+int64_t shunt_sock_opt_sndtimeo(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+	int64_t v = e ? atomic_load_explicit(&e->sndtimeo_us, memory_order_relaxed)
+		      : atomic_load(&s->sndtimeo_us);
+
+	return v > 0 ? v : 0;
+}
+
+int shunt_sock_opt_rcvlowat(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+	uint32_t v = e ? atomic_load_explicit(&e->rcvlowat, memory_order_relaxed)
+		       : (uint32_t)atomic_load(&s->rcvlowat);
+
+	return v >= 1 && v <= INT_MAX ? (int)v : 1;
+}
+
+bool shunt_sock_opt_linger_abort(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	return e ? atomic_load(&e->linger_abort) != 0 : atomic_load(&s->linger_abort);
+}
+
+void shunt_sock_opts_to_circuit(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	if (!e)
+		return;
+	atomic_store(&e->nonblock, atomic_load(&s->nonblock));
+	atomic_store(&e->rcvtimeo_us, atomic_load(&s->rcvtimeo_us));
+	atomic_store(&e->sndtimeo_us, atomic_load(&s->sndtimeo_us));
+	atomic_store(&e->rcvlowat, (uint32_t)atomic_load(&s->rcvlowat));
+	atomic_store(&e->linger_abort, atomic_load(&s->linger_abort));
+}
+
+/* Set an option's value here and, when there is one, in the circuit. */
+static void set_nonblock(struct shunt_sock *s, bool v)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	atomic_store(&s->nonblock, v);
+	if (e)
+		atomic_store(&e->nonblock, v);
+}
+
+static void set_timeo(struct shunt_sock *s, bool rcv, int64_t us)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	atomic_store(rcv ? &s->rcvtimeo_us : &s->sndtimeo_us, us);
+	if (e)
+		atomic_store(rcv ? &e->rcvtimeo_us : &e->sndtimeo_us, us);
+}
+
+static void set_rcvlowat(struct shunt_sock *s, int v)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	atomic_store(&s->rcvlowat, v);
+	if (e)
+		atomic_store(&e->rcvlowat, (uint32_t)v);
+}
+
+static void set_linger_abort(struct shunt_sock *s, bool v)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	atomic_store(&s->linger_abort, v);
+	if (e)
+		atomic_store(&e->linger_abort, v);
 }
 
 /*
@@ -99,25 +205,25 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	switch (name) {
 	case SO_RCVTIMEO_OLD:
 	case SO_RCVTIMEO_NEW:
-		atomic_store(&s->rcvtimeo_us, timeout_us(fd, SO_RCVTIMEO_OLD));
+		set_timeo(s, true, timeout_us(fd, SO_RCVTIMEO_OLD));
 		break;
 	case SO_SNDTIMEO_OLD:
 	case SO_SNDTIMEO_NEW:
-		atomic_store(&s->sndtimeo_us, timeout_us(fd, SO_SNDTIMEO_OLD));
+		set_timeo(s, false, timeout_us(fd, SO_SNDTIMEO_OLD));
 		break;
 	case SO_RCVLOWAT: {
 		int v = 1;
 		socklen_t l = sizeof(v);
 
 		shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &l);
-		atomic_store(&s->rcvlowat, v > 0 ? v : 1);
+		set_rcvlowat(s, v > 0 ? v : 1);
 		break;
 	}
 	case SO_LINGER: {
 		struct linger l;
 
 		memcpy(&l, val, sizeof(l));
-		atomic_store(&s->linger_abort, l.l_onoff && !l.l_linger);
+		set_linger_abort(s, l.l_onoff && !l.l_linger);
 		break;
 	}
 	}
@@ -170,7 +276,7 @@ int shunt_op_fcntl(struct shunt_sock *s, int fd, int cmd, void *arg)
 		return -errno;
 	switch (cmd) {
 	case F_SETFL:
-		atomic_store(&s->nonblock, ((long)arg & O_NONBLOCK) != 0);
+		set_nonblock(s, ((long)arg & O_NONBLOCK) != 0);
 		break;
 	case F_DUPFD:
 	case F_DUPFD_CLOEXEC:
@@ -209,6 +315,6 @@ kernel:
 	if (shunt_libc.ioctl(fd, req, arg) < 0)
 		return -errno;
 	if (req == FIONBIO)
-		atomic_store(&s->nonblock, *(int *)arg != 0);
+		set_nonblock(s, *(int *)arg != 0);
 	return 0;
 }

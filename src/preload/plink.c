@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: MIT
-/* This process's links: mapped once, kept for the life of the process. */
+/* This process's links: found by partner, reused in place when their partner is gone. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "common/log.h"
+#include "common/proto.h"
+#include "common/sys.h"
+#include "common/wake.h"
 #include "preload/control.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
@@ -15,9 +20,14 @@
 
 enum { MAX_LINKS = 4096 };
 
+/*
+ * links_lock guards installing, retiring and the sleeper counts; readers
+ * find links without it (the array only grows, entries are never freed).
+ */
 static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shunt_plink *links[MAX_LINKS];	/* append-only */
-static _Atomic unsigned nlinks;			/* release-published count */
+static struct shunt_plink *links[MAX_LINKS];
+static _Atomic unsigned nlinks;
+static int sleeping;		/* under links_lock: threads announced by shunt_plink_sleepers */
 
 unsigned shunt_plink_count(void)
 {
@@ -29,63 +39,230 @@ struct shunt_plink *shunt_plink_nth(unsigned i)
 	return links[i];
 }
 
-static struct shunt_plink *find_locked(uint64_t id)
+static struct shunt_plink *find(uint64_t partner)
 {
-	unsigned n = atomic_load_explicit(&nlinks, memory_order_relaxed);
+	unsigned n = shunt_plink_count();
 
-	for (unsigned i = 0; i < n; i++)
-		if (links[i]->id == id)
-			return links[i];
+	for (unsigned i = 0; i < n; i++) {
+		struct shunt_plink *l = links[i];
+
+		if (atomic_load_explicit(&l->partner, memory_order_acquire) == partner &&
+		    atomic_load_explicit(&l->live, memory_order_acquire))
+			return l;
+	}
 	return NULL;
 }
 
-static struct shunt_plink *install_locked(struct shunt_grant *g)
+/* The sides of @l this process drains, as a bit mask. */
+static unsigned drained_sides(const struct shunt_plink *l)
+{
+	return l->self ? 3u : 1u << l->side;
+}
+
+/* Map @memfd at @at (NULL: anywhere), after checking it is a link. */
+static struct shunt_link_hdr *map_link(int memfd, void *at)
 {
 	size_t size = shunt_link_size();
-	unsigned side = g->msg.link_side;
-	struct shunt_plink *l;
 	struct stat st;
 	void *p;
 
-	if (atomic_load_explicit(&nlinks, memory_order_relaxed) == MAX_LINKS)
+	if (fstat(memfd, &st) < 0 || (size_t)st.st_size != size)
 		return NULL;
-	if (fstat(g->link_memfd, &st) < 0 || (size_t)st.st_size != size)
-		return NULL;
-	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, g->link_memfd, 0);
-	if (p == MAP_FAILED)
+	p = mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), memfd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Put descriptor @fd at @l->efd[@i]: in place of the old one, or hidden anew. */
+static void set_efd(struct shunt_plink *l, unsigned i, int fd)
+{
+	/* Unused (the daemon link's other side): an old descriptor there stays as it is. */
+	if (fd < 0)
+		return;
+	if (l->efd[i] >= 0 && syscall(SYS_dup3, fd, l->efd[i], O_CLOEXEC) >= 0) {
+		shunt_close_internal(fd);
+		return;
+	}
+	if (l->efd[i] >= 0)
+		shunt_close_hidden(l->efd[i]);
+	l->efd[i] = shunt_fd_hide(fd);
+}
+
+/* A slot for a new link: a dead one to reuse, or a new one. Under links_lock. */
+static struct shunt_plink *slot_locked(void)
+{
+	unsigned n = atomic_load_explicit(&nlinks, memory_order_relaxed);
+	struct shunt_plink *l;
+
+	for (unsigned i = 0; i < n; i++)
+		if (!atomic_load(&links[i]->live) && links[i]->hdr)
+			return links[i];
+	if (n == MAX_LINKS)
 		return NULL;
 	l = calloc(1, sizeof(*l));
-	if (!l) {
-		munmap(p, size);
+	if (!l)
 		return NULL;
-	}
-	shunt_close_internal(g->link_memfd);
-	l->id = g->msg.link;
-	l->hdr = p;
-	l->efd[side] = shunt_fd_hide(g->link_efd_mine);
-	l->efd[side ^ 1] = shunt_fd_hide(g->link_efd_peer);
-	g->link_memfd = g->link_efd_mine = g->link_efd_peer = -1;
-	links[atomic_load_explicit(&nlinks, memory_order_relaxed)] = l;
-	atomic_fetch_add_explicit(&nlinks, 1, memory_order_release);
+	l->efd[0] = l->efd[1] = -1;
+	links[n] = l;
+	atomic_store_explicit(&nlinks, n + 1, memory_order_release);
 	return l;
 }
 
-struct shunt_plink *shunt_plink_attach(struct shunt_grant *g)
+/*
+ * Fill slot @l with a link and make it live: the mapping first (in place of
+ * the old one), then the descriptors, then the fields, then the hub and the
+ * sleeper counts, and only then is it found by partner. Under links_lock.
+ */
+static int fill_locked(struct shunt_plink *l, uint64_t id, uint64_t partner, unsigned side,
+		       bool self, bool daemon, int memfd, int efd_mine, int efd_peer)
 {
+	struct shunt_link_hdr *hdr = map_link(memfd, l->hdr);
+
+	if (!hdr)
+		return -EPROTO;
+	shunt_close_internal(memfd);
+	l->hdr = hdr;
+	set_efd(l, side, efd_mine);
+	set_efd(l, side ^ 1, efd_peer);
+	l->id = id;
+	l->side = side;
+	l->self = self;
+	l->daemon = daemon;
+	for (unsigned s = 0; s < 2; s++)
+		if (drained_sides(l) & (1u << s)) {
+			atomic_store(&hdr->side[s].sleepers, (uint32_t)sleeping);
+			if (l->efd[s] >= 0)
+				shunt_notice_watch_efd(l->efd[s], l);
+		}
+	atomic_store_explicit(&l->partner, partner, memory_order_release);
+	atomic_store_explicit(&l->live, true, memory_order_release);
+	return 0;
+}
+
+struct shunt_plink *shunt_plink_install(const struct shunt_msg_link_reply *r, int fds[3])
+{
+	uint64_t me = shunt_ctl_session();
 	struct shunt_plink *l;
+	bool self = r->partner == me;
+	int e = -ENOMEM;
 
 	pthread_mutex_lock(&links_lock);
-	l = find_locked(g->msg.link);
-	if (!l && g->link_memfd >= 0)
-		l = install_locked(g);
-	/* New, or a link we know that comes with a circuit for our other side. */
-	if (l && !atomic_load(&l->mine[g->msg.link_side])) {
-		shunt_notice_add_link(l, g->msg.link_side);
-		atomic_store(&l->mine[g->msg.link_side], true);
+	l = find(r->partner);
+	/* Known already (asked for and handed over at once): keep the one we drain. */
+	if (!l && r->side <= 1 && (l = slot_locked()))
+		e = fill_locked(l, r->link, r->partner, r->side, self, false, fds[0], fds[1],
+				fds[2]);
+	else if (l)
+		e = 0, shunt_proto_close_fds(fds, 3);
+	pthread_mutex_unlock(&links_lock);
+	if (e < 0) {
+		shunt_proto_close_fds(fds, 3);
+		shunt_warn("cannot map link %llu: %s", (unsigned long long)r->link, strerror(-e));
+		return NULL;
+	}
+	return l;
+}
+
+int shunt_plink_install_daemon(uint64_t id, int fds[2])
+{
+	struct shunt_plink *l;
+	int e = -ENOMEM;
+
+	pthread_mutex_lock(&links_lock);
+	/* A new session (after fork, or a new daemon): the old daemon link is dead. */
+	for (unsigned i = 0; i < shunt_plink_count(); i++)
+		if (links[i]->daemon && atomic_load(&links[i]->live)) {
+			atomic_store(&links[i]->live, false);
+			shunt_notice_unwatch_efd(links[i]->efd[0]);
+		}
+	l = slot_locked();
+	if (l)
+		e = fill_locked(l, id, 0, 0, false, true, fds[0], fds[1], -1);
+	pthread_mutex_unlock(&links_lock);
+	if (e < 0)
+		shunt_proto_close_fds(fds, 2);
+	return e;
+}
+
+struct shunt_plink *shunt_plink_get(uint64_t partner)
+{
+	struct shunt_msg_link_reply r;
+	struct shunt_plink *l = find(partner);
+	int fds[3];
+
+	if (l || !partner)
+		return l;
+	if (shunt_ctl_link(partner, &r, fds) < 0)
+		return NULL;
+	return shunt_plink_install(&r, fds);
+}
+
+void shunt_plink_gone(uint64_t id)
+{
+	pthread_mutex_lock(&links_lock);
+	for (unsigned i = 0; i < shunt_plink_count(); i++) {
+		struct shunt_plink *l = links[i];
+
+		if (l->id != id || l->daemon || !atomic_load(&l->live))
+			continue;
+		atomic_store(&l->partner, 0);
+		atomic_store(&l->live, false);
+		for (unsigned s = 0; s < 2; s++)
+			if ((drained_sides(l) & (1u << s)) && l->efd[s] >= 0)
+				shunt_notice_unwatch_efd(l->efd[s]);
 	}
 	pthread_mutex_unlock(&links_lock);
-	if (!l)
-		shunt_warn("circuit %llu names link %llu that we cannot map",
-			   (unsigned long long)g->msg.circuit, (unsigned long long)g->msg.link);
-	return l;
+}
+
+void shunt_plink_post(struct shunt_plink *l, uint32_t slot)
+{
+	/* A self link is drained on both sides; we post on side 0. */
+	unsigned to = l->self ? 0 : l->side ^ 1;
+
+	if (shunt_link_post(&l->hdr->side[to], slot) && l->efd[to] >= 0)
+		shunt_eventfd_signal(l->efd[to]);
+}
+
+void shunt_plink_sleepers(int delta)
+{
+	pthread_mutex_lock(&links_lock);
+	sleeping += delta;
+	for (unsigned i = 0; i < shunt_plink_count(); i++) {
+		struct shunt_plink *l = links[i];
+
+		if (!atomic_load_explicit(&l->live, memory_order_relaxed))
+			continue;
+		for (unsigned s = 0; s < 2; s++)
+			if (drained_sides(l) & (1u << s))
+				atomic_fetch_add_explicit(&l->hdr->side[s].sleepers, (uint32_t)delta,
+							  memory_order_seq_cst);
+	}
+	pthread_mutex_unlock(&links_lock);
+}
+
+void shunt_plink_fork_prepare(void)
+{
+	pthread_mutex_lock(&links_lock);
+}
+
+void shunt_plink_fork_parent(void)
+{
+	pthread_mutex_unlock(&links_lock);
+}
+
+void shunt_plink_after_fork(void)
+{
+	pthread_mutex_init(&links_lock, NULL);
+	sleeping = 0;
+	for (unsigned i = 0; i < shunt_plink_count(); i++) {
+		struct shunt_plink *l = links[i];
+
+		/* The parent drains these: we must neither drain nor wake through them. */
+		atomic_store(&l->partner, 0);
+		atomic_store(&l->live, false);
+		for (unsigned s = 0; s < 2; s++)
+			if (l->efd[s] >= 0) {
+				shunt_close_hidden(l->efd[s]);
+				l->efd[s] = -1;
+			}
+	}
 }

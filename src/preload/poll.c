@@ -39,7 +39,7 @@ unsigned shunt_sock_poll_mask(struct shunt_sock *s, int fd)
 
 	switch (shunt_sock_sync(s)) {
 	case SHUNT_SOCK_CONNECTED:
-		return shunt_conn_poll(s->conn, atomic_load(&s->rcvlowat));
+		return shunt_conn_poll(s->conn, shunt_sock_opt_rcvlowat(s));
 	case SHUNT_SOCK_CONNECTING:
 		return 0;
 	default:

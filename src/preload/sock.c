@@ -15,6 +15,7 @@
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shunt_sock *pool;	/* under pool_lock */
+static struct shunt_sock *all;	/* under pool_lock: every socket object ever made */
 
 struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 {
@@ -30,6 +31,10 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 		if (!s)
 			return NULL;
 		pthread_mutex_init(&s->lock, NULL);
+		pthread_mutex_lock(&pool_lock);
+		s->all_next = all;
+		all = s;
+		pthread_mutex_unlock(&pool_lock);
 	}
 	s->next_free = NULL;
 	s->domain = domain;
@@ -65,10 +70,10 @@ void shunt_sock_retire_conn(struct shunt_sock *s, bool abort)
 	s->conn = NULL;
 }
 
-void shunt_sock_drop_listener(struct shunt_sock *s)
+void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown)
 {
 	if (s->listener)
-		shunt_ctl_unlisten(s->listener);
+		shunt_ctl_unlisten(s->listener, shutdown);
 	s->listener = 0;
 }
 
@@ -84,7 +89,7 @@ static void release(struct shunt_sock *s)
 	/* Like the kernel's eventpoll_release: the file's registrations go first. */
 	shunt_epoll_sock_gone(s);
 	if (s->conn) {
-		shunt_conn_close(s->conn, atomic_load(&s->linger_abort));
+		shunt_conn_close(s->conn, shunt_sock_opt_linger_abort(s));
 		s->conn = NULL;
 	}
 	while (s->retired) {
@@ -93,7 +98,7 @@ static void release(struct shunt_sock *s)
 		s->retired = c->retired_next;
 		shunt_conn_free(c);
 	}
-	shunt_sock_drop_listener(s);
+	shunt_sock_drop_listener(s, false);
 	shunt_sock_close_doorbell(s);
 }
 
@@ -104,4 +109,22 @@ void shunt_sock_release(struct shunt_sock *s)
 	s->next_free = pool;
 	pool = s;
 	pthread_mutex_unlock(&pool_lock);
+}
+
+void shunt_sock_fork_prepare(void)
+{
+	pthread_mutex_lock(&pool_lock);
+}
+
+void shunt_sock_fork_parent(void)
+{
+	pthread_mutex_unlock(&pool_lock);
+}
+
+void shunt_sock_fork_child(void)
+{
+	/* Only this thread exists: locks other threads held are free again. */
+	pthread_mutex_init(&pool_lock, NULL);
+	for (struct shunt_sock *s = all; s; s = s->all_next)
+		pthread_mutex_init(&s->lock, NULL);
 }

@@ -34,9 +34,15 @@ struct shunt_conn;
 struct shunt_sock {
 	struct shunt_file f;		/* first: what the fd table holds */
 	struct shunt_sock *next_free;	/* under the pool lock */
+	struct shunt_sock *all_next;	/* under the pool lock: every object, for fork */
 	pthread_mutex_t lock;		/* state changes: connect, listen, accept, close */
 	int domain;			/* AF_INET or AF_INET6 */
 	_Atomic int state;		/* enum shunt_sock_state */
+	/*
+	 * The options data calls need (opts.c). Once the socket has a circuit
+	 * the circuit's copies count, shared with every process holding it;
+	 * read them with the shunt_sock_opt_* accessors.
+	 */
 	_Atomic bool nonblock;		/* O_NONBLOCK of the open file description */
 	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0 = none */
 	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0 = none */
@@ -59,11 +65,12 @@ struct shunt_sock {
 void shunt_sock_retire_conn(struct shunt_sock *s, bool abort);
 
 /*
- * Unregister a listener from shuntd. Its doorbell stays open until the
- * socket is released or listens anew: threads still blocked in accept()
- * may be polling it. Under lock, or last reference.
+ * Let go of a listener at shuntd (@shutdown: it stops listening for every
+ * process holding it, as shutdown() on a shared socket does). Its doorbell
+ * stays open until the socket is released or listens anew: threads still
+ * blocked in accept() may be polling it. Under lock, or last reference.
  */
-void shunt_sock_drop_listener(struct shunt_sock *s);
+void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown);
 void shunt_sock_close_doorbell(struct shunt_sock *s);
 
 /* A new socket for @domain with one reference, or NULL without memory. */
@@ -81,6 +88,21 @@ static inline void shunt_sock_put(struct shunt_sock *s)
 
 /* Called by shunt_file_put when the last reference is gone. */
 void shunt_sock_release(struct shunt_sock *s);
+
+/* Around fork (fork.c): the pool's lock, and in the child every socket's lock anew. */
+void shunt_sock_fork_prepare(void);
+void shunt_sock_fork_parent(void);
+void shunt_sock_fork_child(void);
+
+/* The options as the socket has them now (opts.c). */
+bool shunt_sock_opt_nonblock(struct shunt_sock *s);
+int64_t shunt_sock_opt_rcvtimeo(struct shunt_sock *s);
+int64_t shunt_sock_opt_sndtimeo(struct shunt_sock *s);
+int shunt_sock_opt_rcvlowat(struct shunt_sock *s);
+bool shunt_sock_opt_linger_abort(struct shunt_sock *s);
+
+/* A circuit was just attached to @s: it takes the socket's options (under lock). */
+void shunt_sock_opts_to_circuit(struct shunt_sock *s);
 
 /* State, with acquire ordering: a CONNECTED socket's conn is visible. */
 static inline int shunt_sock_state(struct shunt_sock *s)

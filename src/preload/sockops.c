@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <string.h>
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 #include "preload/epoll.h"
 #include "preload/notice.h"
 #include "preload/fdtable.h"
+#include "preload/fork.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
@@ -80,6 +82,7 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 {
 	int st, r;
 
+	shunt_fork_enter();
 	pthread_mutex_lock(&s->lock);
 	st = shunt_sock_state(s);
 	if (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING) {
@@ -108,6 +111,7 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 	shunt_epoll_sock_moved(s);
 out:
 	pthread_mutex_unlock(&s->lock);
+	shunt_fork_leave();
 	return r;
 }
 
@@ -167,7 +171,7 @@ static bool setup_decided(void *arg)
 /* A blocking connect() whose circuit waits for room in the backlog. */
 static int wait_established(struct shunt_sock *s)
 {
-	int64_t deadline = shunt_deadline(atomic_load(&s->sndtimeo_us));
+	int64_t deadline = shunt_deadline(shunt_sock_opt_sndtimeo(s));
 	int r = shunt_wait_end(s->conn->me, &s->conn->me->tx_waiters, setup_decided, s->conn,
 			       deadline);
 
@@ -207,9 +211,19 @@ static int disconnect_locked(struct shunt_sock *s, int fd, const struct sockaddr
 	return 0;
 }
 
-int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len)
+/* What connect() does once the fork lock is released: nothing more, or wait, or the kernel. */
+enum connect_next {
+	CONNECT_DONE,
+	CONNECT_WAIT,		/* for room in the backlog */
+	CONNECT_WAIT_AGAIN,	/* the same, then EALREADY */
+	CONNECT_KERNEL,		/* a connection shunt does not carry */
+	CONNECT_LIBC,		/* a call the kernel answers as it is */
+};
+
+static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len,
+			 enum connect_next *next)
 {
-	bool nonblock = atomic_load(&s->nonblock);
+	bool nonblock = shunt_sock_opt_nonblock(s);
 	struct shunt_wire_addr dst;
 	struct shunt_grant g;
 	struct shunt_conn *conn;
@@ -236,14 +250,15 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 		if (nonblock)
 			return -EALREADY;
 		/* Waits again for SO_SNDTIMEO, then says it is already in progress. */
-		r = wait_established(s);
-		return r == -EINPROGRESS ? -EALREADY : r;
+		*next = CONNECT_WAIT_AGAIN;
+		return 0;
 	}
 	/* Whatever we cannot carry, the kernel answers exactly. */
 	if (st != SHUNT_SOCK_FRESH || shunt_addr_to_wire(addr, len, &dst) < 0 ||
 	    (dst.family == AF_INET6 && s->domain == AF_INET)) {
 		pthread_mutex_unlock(&s->lock);
-		return (int)libc_ret(shunt_libc.connect(fd, addr, len));
+		*next = CONNECT_LIBC;
+		return 0;
 	}
 	r = shunt_ctl_connect(fd, &dst, nonblock ? SHUNT_CONNECT_NONBLOCK : 0, &g);
 	if (r != 0) {
@@ -253,17 +268,20 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 				   strerror(-r));
 		}
 		pthread_mutex_unlock(&s->lock);
-		return kernel_connect(s, fd, addr, len);
+		*next = CONNECT_KERNEL;
+		return 0;
 	}
 	conn = shunt_conn_open(&g, &err);
 	if (!conn) {
 		/* shuntd bound us; the kernel can still connect the socket. */
-		shunt_ctl_close(g.msg.circuit, g.msg.end);
+		shunt_ctl_close(g.msg.circuit, g.msg.end, false);
 		shunt_stats.fallback_error++;
 		pthread_mutex_unlock(&s->lock);
-		return kernel_connect(s, fd, addr, len);
+		*next = CONNECT_KERNEL;
+		return 0;
 	}
 	s->conn = conn;
+	shunt_sock_opts_to_circuit(s);
 	shunt_notice_bind(conn, s);
 	s->connect_report = nonblock ? SHUNT_CONNECT_PENDING : SHUNT_CONNECT_DONE;
 	if (atomic_load(&conn->hdr->setup) == SHUNT_SETUP_ESTABLISHED) {
@@ -279,7 +297,34 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 	/* Like the kernel, a non-blocking connect always says EINPROGRESS. */
 	if (nonblock)
 		return -EINPROGRESS;
-	return st == SHUNT_SOCK_CONNECTED ? 0 : wait_established(s);
+	if (st != SHUNT_SOCK_CONNECTED)
+		*next = CONNECT_WAIT;
+	return 0;
+}
+
+int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len)
+{
+	enum connect_next next = CONNECT_DONE;
+	int r;
+
+	/* Waits and kernel connects happen outside the fork lock: they may be long. */
+	shunt_fork_enter();
+	r = connect_start(s, fd, addr, len, &next);
+	shunt_fork_leave();
+	switch (next) {
+	case CONNECT_WAIT:
+		return wait_established(s);
+	case CONNECT_WAIT_AGAIN:
+		r = wait_established(s);
+		return r == -EINPROGRESS ? -EALREADY : r;
+	case CONNECT_KERNEL:
+		return kernel_connect(s, fd, addr, len);
+	case CONNECT_LIBC:
+		return (int)libc_ret(shunt_libc.connect(fd, addr, len));
+	case CONNECT_DONE:
+		break;
+	}
+	return r;
 }
 
 /*
@@ -345,6 +390,7 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	}
 	shunt_opts_inherit(s, fd, ns, nfd);
 	ns->conn = conn;
+	shunt_sock_opts_to_circuit(ns);
 	shunt_notice_bind(conn, ns);
 	ns->connect_report = SHUNT_CONNECT_DONE;
 	atomic_store_explicit(&ns->state, SHUNT_SOCK_CONNECTED, memory_order_release);
@@ -427,7 +473,9 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 		}
 		/* Shared-memory clients first: they are ready the moment we look. */
 		if (p[1].revents & POLLIN) {
+			shunt_fork_enter();
 			r = accept_circuit(s, kfd, addr, alen, flags);
+			shunt_fork_leave();
 			if (r != -EAGAIN)
 				break;
 		}
@@ -435,12 +483,13 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			r = kernel_accept(kfd, addr, alen, flags);
 			break;
 		}
-		if (atomic_load(&s->nonblock)) {
+		/* O_NONBLOCK of the listener as the kernel has it: another process may share it. */
+		if ((int)syscall(SYS_fcntl, kfd, F_GETFL) & O_NONBLOCK) {
 			r = -EAGAIN;
 			break;
 		}
 		if (kfd == fd) {
-			deadline = shunt_deadline(atomic_load(&s->rcvtimeo_us));
+			deadline = shunt_deadline(shunt_sock_opt_rcvtimeo(s));
 			kfd = hold_kernel_fd(fd);
 			if (kfd < 0) {
 				r = kfd;
@@ -495,12 +544,14 @@ int shunt_op_getpeername(struct shunt_sock *s, int fd, struct sockaddr *addr, so
 /* The socket no longer listens: unregister, and it is a fresh socket again. */
 static void forget_listener(struct shunt_sock *s)
 {
+	shunt_fork_enter();
 	pthread_mutex_lock(&s->lock);
 	/* Registrations move while the doorbell they name is still open. */
 	atomic_store_explicit(&s->state, SHUNT_SOCK_FRESH, memory_order_release);
 	shunt_epoll_sock_moved(s);
-	shunt_sock_drop_listener(s);
+	shunt_sock_drop_listener(s, true);
 	pthread_mutex_unlock(&s->lock);
+	shunt_fork_leave();
 }
 
 int shunt_op_shutdown(struct shunt_sock *s, int fd, int how)
@@ -527,12 +578,45 @@ int shunt_op_close(int fd)
 
 	if (shunt_fdt_is_hidden(fd))
 		return -EBADF;
+	if (!shunt_fdt_is_ours(fd))
+		return (int)libc_ret(shunt_libc.close(fd));
 	/* Out of the table first, so a new descriptor with this number starts clean. */
+	shunt_fork_enter();
 	f = shunt_fdt_take(fd);
 	r = (int)libc_ret(shunt_libc.close(fd));
 	if (f)
 		shunt_file_put(f);
+	shunt_fork_leave();
 	return r;
+}
+
+int shunt_op_close_range(unsigned first, unsigned last, int flags)
+{
+	size_t high = shunt_fdt_high();
+	unsigned lo = first;
+
+	if (first > last)
+		return -EINVAL;
+	/* Close-on-exec only: our own descriptors have it already. */
+	if (flags & CLOSE_RANGE_CLOEXEC)
+		return (int)libc_ret(syscall(SYS_close_range, first, last, flags));
+	/*
+	 * Our sockets one by one (so each is released as close() would), and
+	 * the rest in ranges around the library's own descriptors, which the
+	 * application cannot close (a daemon closing "everything").
+	 */
+	for (size_t fd = first; fd < high && fd <= last; fd++) {
+		if (shunt_fdt_is_ours((int)fd)) {
+			shunt_op_close((int)fd);
+		} else if (shunt_fdt_is_hidden((int)fd)) {
+			if (lo < fd && syscall(SYS_close_range, lo, (unsigned)fd - 1, flags) < 0)
+				return -errno;
+			lo = (unsigned)fd + 1;
+		}
+	}
+	if (lo > last)
+		return 0;
+	return (int)libc_ret(syscall(SYS_close_range, lo, last, flags));
 }
 
 void shunt_op_dup(int oldfd, int newfd)
@@ -541,6 +625,7 @@ void shunt_op_dup(int oldfd, int newfd)
 
 	if (oldfd == newfd)
 		return;
+	shunt_fork_enter();
 	f = shunt_fdt_get_file(oldfd);
 	if (f) {
 		old = shunt_fdt_set(newfd, f);
@@ -552,4 +637,5 @@ void shunt_op_dup(int oldfd, int newfd)
 	}
 	if (old)
 		shunt_file_put(old);
+	shunt_fork_leave();
 }

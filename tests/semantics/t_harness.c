@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/select.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
@@ -918,4 +919,219 @@ void t_wait_asleep(pid_t pid, pid_t tid, unsigned quiet_ms)
 		}
 		t_sleep_ms(1);
 	}
+}
+
+pid_t t_fork_tied(unsigned watchdog_s)
+{
+	pid_t parent = getpid(), pid = t_fork();
+
+	if (pid)
+		return pid;
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		t_fatal("prctl(PR_SET_PDEATHSIG)");
+	// The parent may have gone before prctl took effect.
+	if (getppid() != parent)
+		_exit(T_FAIL);
+	t_watchdog(watchdog_s);
+	return 0;
+}
+
+char **t_env_unpreloaded(void)
+{
+	extern char **environ;
+	size_t n = 0, i, j = 0;
+	char **env;
+
+	while (environ[n])
+		n++;
+	env = calloc(n + 1, sizeof(*env));
+	if (!env)
+		t_fatal("calloc");
+	for (i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11))
+			env[j++] = environ[i];
+	return env;
+}
+
+bool t_preloaded(void)
+{
+	char line[4096];
+	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "re");
+
+	if (!f)
+		t_fatal("fopen(/proc/self/maps)");
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, "libshunt") != NULL;
+	fclose(f);
+	return found;
+}
+
+bool t_fd_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+void t_send_fd(int usock, int fd, char tag)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = &tag, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *c;
+
+	memset(&u, 0, sizeof(u));
+	c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	if (sendmsg(usock, &mh, MSG_NOSIGNAL) != 1)
+		t_fatal("sendmsg(SCM_RIGHTS)");
+}
+
+int t_recv_fd(int usock, char *tag)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	char t;
+	struct iovec iov = { .iov_base = &t, .iov_len = 1 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *c;
+	ssize_t r;
+	int fd;
+
+	do
+		r = recvmsg(usock, &mh, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	if (r != 1)
+		t_fatal("recvmsg(SCM_RIGHTS) = %zd", r);
+	c = CMSG_FIRSTHDR(&mh);
+	if (!c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+	    c->cmsg_len != CMSG_LEN(sizeof(int))) {
+		errno = 0;
+		t_fatal("recvmsg: no descriptor came with the message");
+	}
+	memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	if (tag)
+		*tag = t;
+	return fd;
+}
+
+int t_kill_child(pid_t pid)
+{
+	if (kill(pid, SIGKILL) < 0)
+		t_fatal("kill(SIGKILL)");
+	return t_wait_child(pid);
+}
+
+void *t_shared_alloc(size_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		t_fatal("mmap(MAP_SHARED, %zu)", n);
+	return p;
+}
+
+const char *t_peer_sees(int fd, int wait_ms)
+{
+	static _Thread_local char buf[32];
+	char b;
+	ssize_t r;
+
+	if (!t_poll1(fd, POLLIN, wait_ms))
+		return "nothing";
+	r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (r > 0)
+		return "data";
+	if (r == 0)
+		return "EOF";
+	snprintf(buf, sizeof(buf), "-1 %s", t_errname(errno));
+	return buf;
+}
+
+enum {
+	TALK_SEED_DOWN = 0x7a1c, // peer to holder
+	TALK_SEED_UP = 0x7a1d,	 // holder to peer
+	TALK_CHUNK = 64 << 10,
+};
+
+void t_talk_peer_first(int fd, size_t first)
+{
+	static unsigned char buf[T_TALK_FIRST_MAX];
+
+	if (first > sizeof(buf)) {
+		errno = EINVAL;
+		t_fatal("t_talk_peer_first(%zu): more than T_TALK_FIRST_MAX", first);
+	}
+	t_stream_fill(TALK_SEED_DOWN, 0, buf, first);
+	t_send_all(fd, buf, first);
+}
+
+// Receive n bytes of stream `seed` from `off`; false if any differs.
+static bool talk_recv_check(int fd, uint64_t seed, uint64_t off, uint64_t n)
+{
+	unsigned char *buf = malloc(TALK_CHUNK);
+	bool ok = true;
+
+	if (!buf)
+		t_fatal("malloc");
+	while (n) {
+		size_t k = n < TALK_CHUNK ? n : TALK_CHUNK;
+
+		t_recv_all(fd, buf, k);
+		ok = ok && t_stream_check(seed, off, buf, k) < 0;
+		off += k;
+		n -= k;
+	}
+	free(buf);
+	return ok;
+}
+
+static void talk_send(int fd, uint64_t seed, uint64_t off, uint64_t n)
+{
+	unsigned char *buf = malloc(TALK_CHUNK);
+
+	if (!buf)
+		t_fatal("malloc");
+	while (n) {
+		size_t k = n < TALK_CHUNK ? n : TALK_CHUNK;
+
+		t_stream_fill(seed, off, buf, k);
+		t_send_all(fd, buf, k);
+		off += k;
+		n -= k;
+	}
+	free(buf);
+}
+
+bool t_talk_peer_rest(int fd, size_t first, size_t second)
+{
+	uint64_t len = second;
+	char done[4];
+	bool ok = talk_recv_check(fd, TALK_SEED_UP, 0, first);
+
+	t_send_all(fd, &len, sizeof(len));
+	talk_send(fd, TALK_SEED_DOWN, first, second);
+	t_recv_all(fd, done, sizeof(done));
+	return ok && !memcmp(done, "done", 4);
+}
+
+bool t_talk_holder(int rd, int wr, size_t first)
+{
+	uint64_t len;
+	bool ok = talk_recv_check(rd, TALK_SEED_DOWN, 0, first);
+
+	talk_send(wr, TALK_SEED_UP, 0, first);
+	t_recv_all(rd, &len, sizeof(len));
+	ok = talk_recv_check(rd, TALK_SEED_DOWN, first, len) && ok;
+	t_send_all(wr, "done", 4);
+	return ok;
 }

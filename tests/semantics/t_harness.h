@@ -223,4 +223,50 @@ const char *t_kfd_name(enum t_kfd which);
 // after T_WAIT_MS.
 void t_wait_asleep(pid_t pid, pid_t tid, unsigned quiet_ms);
 
+// ---- processes sharing sockets (the t_proc_* programs)
+
+// Fork a child tied to this thread: the child gets SIGKILL when the thread
+// that forked it exits (PR_SET_PDEATHSIG; fork from the main thread or from
+// one that outlives the child) and a fresh watchdog of `watchdog_s` seconds
+// (alarm() is not inherited by fork, and is kept by execve). Fatal on failure.
+pid_t t_fork_tied(unsigned watchdog_s);
+// A NULL-terminated copy of environ without LD_PRELOAD, for an exec into an
+// image without the library; the strings are environ's. Never freed.
+char **t_env_unpreloaded(void);
+// Whether libshunt is mapped into this process (/proc/self/maps).
+bool t_preloaded(void);
+// Whether fd is an open descriptor (fcntl(F_GETFD) succeeds).
+bool t_fd_open(int fd);
+// Send fd over the AF_UNIX socket `usock` with SCM_RIGHTS, along with one
+// byte `tag`; fatal on failure.
+void t_send_fd(int usock, int fd, char tag);
+// Receive one fd sent by t_send_fd (close-on-exec set), its tag in *tag
+// (may be NULL); fatal when none arrives.
+int t_recv_fd(int usock, char *tag);
+// SIGKILL a child and reap it; returns what t_wait_child returns.
+int t_kill_child(pid_t pid);
+// Zeroed anonymous memory shared with children forked later; fatal on failure.
+void *t_shared_alloc(size_t n);
+// What a reader sees now, after waiting up to `wait_ms` for any event:
+// "EOF" (recv = 0), "-1 ERRNAME", "data" (bytes are there, left unread) or
+// "nothing" (no event in time). Peeks: consumes no data, but a pending
+// error is reported and so cleared, as by any recv.
+const char *t_peer_sees(int fd, int wait_ms);
+
+// A conversation across a change of holder (fork, exec, fd passing), with
+// both sides checking every byte: the peer sends a first message of `first`
+// bytes, which may wait unread while the socket changes hands (keep it well
+// inside a socket buffer: 32 KiB at most); the holder reads it and answers
+// with as many bytes; the peer sends a length and a second message of that
+// many bytes, which may be large; the holder reads it and answers "done".
+enum { T_TALK_FIRST_MAX = 32 << 10 };
+// Peer: send the first message.
+void t_talk_peer_first(int fd, size_t first);
+// Peer: read the answer, send `second` bytes, read "done". True when every
+// byte was right. Fatal on EOF or error.
+bool t_talk_peer_rest(int fd, size_t first, size_t second);
+// Holder, reading from rd and writing to wr (one socket, or fds 0 and 1):
+// true when every byte was right. Fatal on EOF or error.
+bool t_talk_holder(int rd, int wr, size_t first);
+
 #endif

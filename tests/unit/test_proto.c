@@ -37,7 +37,7 @@ static void t_malformed_messages_refused(void **state)
 	assert_int_equal(shunt_proto_check(&m, sizeof(m) + 4), -EPROTO);
 	/* Another version. */
 	shunt_proto_init(&m, SHUNT_MSG_CONNECT, sizeof(m), 3);
-	m.h.version = 2;
+	m.h.version = SHUNT_PROTO_VERSION + 1;
 	assert_int_equal(shunt_proto_check(&m, sizeof(m)), -EPROTO);
 	/* Unknown types. */
 	shunt_proto_init(&m, SHUNT_MSG_CONNECT, sizeof(m), 3);

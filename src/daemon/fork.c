@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: MIT
+/*
+ * fork(): the child holds every socket its parent holds. Before forking the
+ * library asks for a ticket; shuntd makes it a session of its own that
+ * holds what the parent holds (and counts it in each circuit end's holders),
+ * so a parent that closes its copy right after fork does not end a
+ * connection the child still has. The child claims the ticket in its first
+ * HELLO, with the ticket's secret, which only the parent and the child know;
+ * FORK_DONE tells shuntd the child's pid, so that a child that dies before
+ * claiming (kill -9 right after fork) releases what the ticket held.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/proto.h"
+#include "daemon/shuntd.h"
+
+static struct session *ticket_new(struct shuntd *d, struct session *parent)
+{
+	struct session *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return NULL;
+	t->watch = SHUNTD_WATCH_TICKET;
+	t->id = shuntd_new_id(d);
+	t->fd = -1;
+	t->pidfd = -1;
+	t->ticket = true;
+	t->uid = parent->uid;
+	t->gid = parent->gid;
+	t->parent_pid = parent->pid;
+	memcpy(t->comm, parent->comm, sizeof(t->comm));
+	shunt_list_init(&t->holds);
+	shunt_map_init(&t->links);
+	if (getrandom(&t->secret, sizeof(t->secret), 0) != sizeof(t->secret) ||
+	    shunt_map_put(&d->sessions, t->id, t) < 0) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+/* Give the ticket a hold on everything the parent holds. */
+static int copy_holds(struct session *parent, struct session *t)
+{
+	struct shunt_list *pos;
+
+	shunt_list_for_each(pos, &parent->holds) {
+		struct hold *h = shunt_container_of(pos, struct hold, session_node);
+
+		if (h->circuit) {
+			if (!shuntd_hold_end(h->circuit, h->end, t))
+				return -ENOMEM;
+			atomic_fetch_add(&h->circuit->hdr->end[h->end].holders, 1);
+		} else if (!shuntd_hold_listener(h->listener, t)) {
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_fork *m)
+{
+	struct shunt_msg_fork_reply r;
+	struct session *t = s->ticket ? NULL : ticket_new(d, s);
+
+	if (!t) {
+		shuntd_session_reply_status(s, SHUNT_MSG_FORK, m->h.seq, -ENOMEM);
+		return;
+	}
+	if (copy_holds(s, t) < 0) {
+		shuntd_session_close(d, t);
+		shuntd_session_reply_status(s, SHUNT_MSG_FORK, m->h.seq, -ENOMEM);
+		return;
+	}
+	shunt_proto_init(&r, SHUNT_MSG_FORK | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
+	r.ticket = t->id;
+	r.secret = t->secret;
+	if (shuntd_session_reply(s, &r, NULL, 0) < 0)
+		shuntd_session_close(d, t);
+	shunt_debug("session %llu (pid %d) forks: ticket %llu", (unsigned long long)s->id,
+		    (int)s->pid, (unsigned long long)t->id);
+}
+
+/* The parent of @pid as /proc says, or -1. */
+static pid_t parent_of(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	p = strstr(buf, "\nPPid:");
+	return p ? (pid_t)strtol(p + 6, NULL, 10) : -1;
+}
+
+void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_msg_fork_done *m)
+{
+	struct session *t = shunt_map_get(&d->sessions, m->ticket);
+
+	if (!t || !t->ticket || t->parent_pid != s->pid || t->pidfd >= 0)
+		return;
+	if (m->pid <= 0) {
+		shuntd_session_close(d, t);	/* fork failed: nobody will claim it */
+		return;
+	}
+	t->pid = m->pid;
+	t->pidfd = (int)syscall(SYS_pidfd_open, m->pid, 0);
+	/* Gone already, or a pid that is not this parent's child: nobody holds it. */
+	if (t->pidfd >= 0 && parent_of(m->pid) != s->pid) {
+		shunt_info("session %llu: pid %d is not its child", (unsigned long long)s->id,
+			   (int)m->pid);
+		close(t->pidfd);
+		t->pidfd = -1;
+	}
+	if (t->pidfd < 0 || shuntd_loop_watch(d, t->pidfd, t) < 0)
+		shuntd_session_close(d, t);
+}
+
+int shuntd_fork_claim(struct shuntd *d, struct session *s, uint64_t ticket, uint64_t secret)
+{
+	struct session *t = shunt_map_get(&d->sessions, ticket);
+	struct shunt_list *pos, *tmp;
+
+	if (!t || !t->ticket || t->secret != secret || (t->pid && t->pid != s->pid))
+		return -EPERM;
+	shunt_list_for_each_safe(pos, tmp, &t->holds) {
+		struct hold *h = shunt_container_of(pos, struct hold, session_node);
+
+		shunt_list_del(&h->session_node);
+		h->session = s;
+		shunt_list_add_tail(&s->holds, &h->session_node);
+	}
+	shunt_debug("session %llu (pid %d) claims ticket %llu", (unsigned long long)s->id,
+		    (int)s->pid, (unsigned long long)t->id);
+	shuntd_session_close(d, t);	/* holds nothing any more */
+	return 0;
+}
+
+void shuntd_fork_ticket_exited(struct shuntd *d, struct session *t)
+{
+	shunt_debug("ticket %llu: pid %d exited before claiming it", (unsigned long long)t->id,
+		    (int)t->pid);
+	shuntd_session_close(d, t);
+}

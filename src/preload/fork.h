@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fork(): after it, parent and child both hold every socket made before it,
+ * as they hold the same kernel sockets. shuntd is told before the fork (a
+ * ticket that holds everything for the child) and the child claims the
+ * ticket with a session of its own before fork() returns in it.
+ *
+ * The fork lock keeps what the ticket copies consistent with what the
+ * child gets: calls that make or drop a holding (connect, accept, listen,
+ * close, shutdown of a listener) hold it shared; fork holds it exclusively
+ * from asking for the ticket until the child exists.
+ */
+#ifndef SHUNT_FORK_H
+#define SHUNT_FORK_H
+
+#include <sys/types.h>
+
+void shunt_fork_enter(void);
+void shunt_fork_leave(void);
+
+/* fork() and vfork() (which may always be a fork). */
+pid_t shunt_op_fork(void);
+
+/* Registered with pthread_atfork by init: the library's locks across fork. */
+void shunt_fork_prepare(void);
+void shunt_fork_parent(void);
+void shunt_fork_child(void);
+
+#endif
