@@ -50,6 +50,11 @@ enum shunt_end_state {
 	SHUNT_END_RD_SHUT = 1u << 1,	/* reads return EOF once the ring is empty */
 	SHUNT_END_CLOSED = 1u << 2,	/* nobody will ever read this end's rx ring */
 	SHUNT_END_RESET = 1u << 3,	/* abortive close: the peer sees ECONNRESET */
+	/*
+	 * shuntd only: the connection moved onto the ends' kernel sockets
+	 * (every unread byte with it); from now on they carry it.
+	 */
+	SHUNT_END_KERNEL = 1u << 4,
 };
 
 /* Flags of one end that only its holders read (the peer ignores them). */

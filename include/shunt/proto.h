@@ -29,7 +29,8 @@ enum shunt_msg_type {
 	SHUNT_MSG_LINK_NEXT = 13,	/* lib -> d, replied (+ link) */
 	SHUNT_MSG_FORK = 14,		/* lib -> d, replied */
 	SHUNT_MSG_FORK_DONE = 15,	/* lib -> d, not replied */
-	SHUNT_MSG_TYPE_MAX = 15,
+	SHUNT_MSG_DOWNGRADE = 16,	/* lib -> d, replied */
+	SHUNT_MSG_TYPE_MAX = 16,
 	SHUNT_MSG_REPLY = 0x8000,	/* or'ed into the type of a reply */
 };
 
@@ -215,6 +216,17 @@ struct shunt_msg_fork_done {
 	uint64_t ticket;
 	int32_t pid;			/* the child, or 0: fork failed */
 	uint32_t reserved;
+};
+
+/*
+ * DOWNGRADE: a holder is about to lose control of a descriptor of this
+ * circuit (exec, SCM_RIGHTS): move the connection onto its companion
+ * kernel sockets. The requester holds the four holders' locks of the
+ * circuit (both ends' tx_lock and rx_lock), so no ring moves meanwhile.
+ */
+struct shunt_msg_downgrade {
+	struct shunt_msg_hdr h;
+	uint64_t circuit;
 };
 
 struct shunt_msg_status {

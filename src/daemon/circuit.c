@@ -28,7 +28,8 @@ struct circuit *shuntd_circuit_create(struct shuntd *d, uint32_t ring_size)
 		errno = -c->memfd;
 		goto fail;
 	}
-	c->hdr = mmap(NULL, SHUNT_CIRCUIT_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
+	/* All of it: a downgrade moves the rings' bytes into the kernel (downgrade.c). */
+	c->hdr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
 	if (c->hdr == MAP_FAILED)
 		goto fail;
 	c->hdr->magic = SHUNT_CIRCUIT_MAGIC;
@@ -42,7 +43,7 @@ struct circuit *shuntd_circuit_create(struct shuntd *d, uint32_t ring_size)
 	}
 	shunt_list_init(&c->queue_node);
 	if (shunt_map_put(&d->circuits, c->id, c) < 0) {
-		munmap(c->hdr, SHUNT_CIRCUIT_HDR_SIZE);
+		munmap(c->hdr, size);
 		goto fail;
 	}
 	d->circuits_total++;
@@ -97,7 +98,7 @@ void shuntd_circuit_set_setup(struct shuntd *d, struct circuit *c, enum shunt_se
 void shuntd_circuit_destroy(struct shuntd *d, struct circuit *c)
 {
 	shuntd_circuit_unqueue(c);
-	munmap(c->hdr, SHUNT_CIRCUIT_HDR_SIZE);
+	munmap(c->hdr, shunt_circuit_size(c->ring_size));
 	if (c->memfd >= 0)
 		close(c->memfd);
 	shunt_map_del(&d->circuits, c->id);

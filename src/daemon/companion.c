@@ -9,11 +9,18 @@
  * other, so the pair could carry data through the kernel if ever released
  * from repair mode. Without the capability circuits simply go without.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/random.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,6 +30,13 @@
 #include "daemon/shuntd.h"
 
 static bool disabled;	/* the first EPERM turns companions off for good */
+
+static uint64_t inode_of(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
 
 static int repair(int fd, int on)
 {
@@ -34,6 +48,24 @@ static int queue_seq(int fd, int queue, uint32_t seq)
 {
 	if (setsockopt(fd, IPPROTO_TCP, TCP_REPAIR_QUEUE, &queue, sizeof(queue)) < 0 ||
 	    setsockopt(fd, IPPROTO_TCP, TCP_QUEUE_SEQ, &seq, sizeof(seq)) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * What a loopback handshake would have agreed on, so that a connection
+ * released from repair mode (a downgrade) runs as fast as one the kernel
+ * made: loopback's MSS, window scaling, SACK.
+ */
+static int set_options(int fd, int domain)
+{
+	struct tcp_repair_opt opts[] = {
+		{ TCPOPT_MAXSEG, domain == AF_INET6 ? 65476 : 65483 },
+		{ TCPOPT_WINDOW, 7 | (7 << 16) },
+		{ TCPOPT_SACK_PERMITTED, 0 },
+	};
+
+	if (setsockopt(fd, IPPROTO_TCP, TCP_REPAIR_OPTIONS, opts, sizeof(opts)) < 0)
 		return -errno;
 	return 0;
 }
@@ -55,6 +87,8 @@ static int establish(int fd, uint32_t snd, uint32_t rcv, const struct shunt_wire
 		r = queue_seq(fd, TCP_RECV_QUEUE, rcv);
 	if (r == 0 && connect(fd, (struct sockaddr *)&ss, len) < 0)
 		r = -errno;
+	if (r == 0)
+		r = set_options(fd, ss.ss_family);
 	return r;
 }
 
@@ -69,11 +103,16 @@ int shuntd_companion_seqs(struct circuit *c)
 
 int shuntd_companion_connector(struct circuit *c, int fd)
 {
+	int r;
+
 	if (disabled)
 		return -EPERM;
-	/* The connector's socket is the application's own; shuntd holds a dup. */
-	return establish(fd, c->isn[SHUNT_END_CONNECTOR], c->isn[SHUNT_END_ACCEPTOR],
-			 &c->peer[SHUNT_END_CONNECTOR]);
+	/* The connector's socket is the application's own; shuntd keeps its copy. */
+	r = establish(fd, c->isn[SHUNT_END_CONNECTOR], c->isn[SHUNT_END_ACCEPTOR],
+		      &c->peer[SHUNT_END_CONNECTOR]);
+	if (r == 0)
+		c->kino[SHUNT_END_CONNECTOR] = inode_of(fd);
+	return r;
 }
 
 int shuntd_companion_acceptor(struct circuit *c, int domain)
@@ -98,5 +137,153 @@ int shuntd_companion_acceptor(struct circuit *c, int domain)
 		close(fd);
 		return r;
 	}
+	c->kino[SHUNT_END_ACCEPTOR] = inode_of(fd);
 	return fd;
+}
+
+/* The descriptor of socket inode @ino in process @pid (pidfd_getfd), or -errno. */
+static int fd_in_process(pid_t pid, uint64_t ino)
+{
+	char path[64], link[64], want[48];
+	struct dirent *e;
+	int pidfd, r = -ENOENT;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)ino);
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0)
+		return -errno;
+	dir = opendir(path);
+	while (dir && r == -ENOENT && (e = readdir(dir))) {
+		ssize_t n = readlinkat(dirfd(dir), e->d_name, link, sizeof(link) - 1);
+
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strcmp(link, want))
+			continue;
+		r = (int)syscall(SYS_pidfd_getfd, pidfd, atoi(e->d_name), 0);
+		if (r < 0)
+			r = -errno;
+	}
+	if (dir)
+		closedir(dir);
+	close(pidfd);
+	return r;
+}
+
+int shuntd_companion_fetch(struct shuntd *d, struct circuit *c, unsigned end)
+{
+	struct shunt_list *pos;
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int fd, r;
+
+	(void)d;
+	if (!c->companion)
+		return -EOPNOTSUPP;
+	shunt_list_for_each(pos, &c->end[end].holds) {
+		struct hold *h = shunt_container_of(pos, struct hold, node);
+
+		if (h->session->ticket || h->session->pid <= 0)
+			continue;
+		fd = fd_in_process(h->session->pid, c->kino[end]);
+		if (fd >= 0)
+			return fd;
+	}
+	/* Nobody holds that end any more: a socket in its place, as it was. */
+	len = shunt_addr_from_wire(&c->local[end], &ss);
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+	if (fd < 0)
+		return -errno;
+	r = repair(fd, 1);
+	if (r == 0 && bind(fd, (struct sockaddr *)&ss, len) < 0)
+		r = -errno;
+	if (r == 0)
+		r = establish(fd, c->isn[end], c->isn[end ^ 1], &c->peer[end]);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/* Put @len bytes into queue @queue of @fd (in repair mode): what was received, or sent. */
+static int fill_queue(int fd, int queue, const uint8_t *data, size_t len)
+{
+	size_t off = 0;
+	int want = 4 << 20;
+
+	if (!len)
+		return 0;
+	if (setsockopt(fd, IPPROTO_TCP, TCP_REPAIR_QUEUE, &queue, sizeof(queue)) < 0)
+		return -errno;
+	/* Room for a whole ring: the queues are charged against the buffers. */
+	setsockopt(fd, SOL_SOCKET, queue == TCP_RECV_QUEUE ? SO_RCVBUFFORCE : SO_SNDBUFFORCE,
+		   &want, sizeof(want));
+	while (off < len) {
+		ssize_t n = send(fd, data + off, len - off, MSG_DONTWAIT);
+
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		off += (size_t)n;
+	}
+	return 0;
+}
+
+/* The unread bytes of ring @r, copied out (the ring may wrap), or -EPROTO if impossible. */
+static long ring_unread(struct circuit *c, unsigned r, uint8_t *out)
+{
+	struct shunt_ring_ctl *ctl = &c->hdr->ring[r];
+	uint64_t head = atomic_load(&ctl->head), n = atomic_load(&ctl->tail) - head;
+	const uint8_t *data = (const uint8_t *)c->hdr + shunt_ring_offset(r, c->ring_size);
+	size_t at = (size_t)(head & (c->ring_size - 1)), first = c->ring_size - at;
+
+	/* Indices from shared memory: checked as every reader checks them. */
+	if (n > c->ring_size)
+		return -EPROTO;
+	if (first >= n) {
+		memcpy(out, data + at, n);
+	} else {
+		memcpy(out, data + at, first);
+		memcpy(out + first, data, n - first);
+	}
+	return (long)n;
+}
+
+int shuntd_companion_release(struct circuit *c, const int kfd[2])
+{
+	uint8_t *buf[2] = { NULL, NULL };
+	long unread[2];
+	int r = 0, off = TCP_REPAIR_OFF;
+
+	for (unsigned ring = 0; ring < 2 && r == 0; ring++) {
+		buf[ring] = malloc(c->ring_size);
+		unread[ring] = buf[ring] ? ring_unread(c, ring, buf[ring]) : -ENOMEM;
+		if (unread[ring] < 0)
+			r = (int)unread[ring];
+	}
+	/*
+	 * Ring r carries end r's bytes to end r ^ 1: they become received data
+	 * of r ^ 1's socket and sent-but-unacknowledged data of r's, so that
+	 * both sequence spaces agree (the ACK after repair acknowledges them).
+	 */
+	for (unsigned ring = 0; ring < 2 && r == 0; ring++) {
+		r = fill_queue(kfd[ring ^ 1], TCP_RECV_QUEUE, buf[ring], (size_t)unread[ring]);
+		if (r == 0)
+			r = fill_queue(kfd[ring], TCP_SEND_QUEUE, buf[ring], (size_t)unread[ring]);
+	}
+	free(buf[0]);
+	free(buf[1]);
+	if (r < 0) {
+		shunt_warn("circuit %llu: cannot move its bytes into the kernel: %s",
+			   (unsigned long long)c->id, strerror(-r));
+		return r;
+	}
+	/* Out of repair mode: each sends a window probe, and the ACKs set both sides right. */
+	for (unsigned e = 0; e < 2; e++)
+		if (setsockopt(kfd[e], IPPROTO_TCP, TCP_REPAIR, &off, sizeof(off)) < 0)
+			r = -errno;
+	return r;
 }

@@ -29,6 +29,18 @@ static void reply_listen(struct session *s, uint32_t seq, uint64_t id, int doorb
 	shuntd_session_reply(s, &r, doorbell >= 0 ? &doorbell : NULL, doorbell >= 0);
 }
 
+static struct listener *find_inode(struct shuntd *d, uint64_t netns, uint64_t inode)
+{
+	struct listener *l;
+	uint64_t key;
+	size_t it = 0;
+
+	while ((l = shunt_map_next(&d->listeners, &it, &key)))
+		if (l->inode == inode && l->netns == netns)
+			return l;
+	return NULL;
+}
+
 void shuntd_listener_register(struct shuntd *d, struct session *s,
 			      const struct shunt_msg_listen *m, int fd)
 {
@@ -54,6 +66,19 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 		l->max_queued = f.max_backlog + 1;
 		shuntd_listener_admit(d, l);
 		reply_listen(s, m->h.seq, l->id, -1);
+		return;
+	}
+	/*
+	 * A socket already registered, now in another process too (passed
+	 * with SCM_RIGHTS, inherited across exec): one more holder of it.
+	 */
+	l = find_inode(d, f.netns, f.inode);
+	if (l) {
+		if (!shuntd_hold_find_listener(s, l) && !shuntd_hold_listener(l, s)) {
+			shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
+			return;
+		}
+		reply_listen(s, m->h.seq, l->id, l->doorbell);
 		return;
 	}
 	l = calloc(1, sizeof(*l));

@@ -168,12 +168,31 @@ static int open_control_socket(struct shuntd *d)
 	return 0;
 }
 
-/* The daemon holds a few descriptors per link and listener: lift the soft limit. */
+/*
+ * The daemon holds a few descriptors per link and listener, and with
+ * companions two per circuit: lift the limit as far as the kernel allows
+ * (fs.nr_open, with CAP_SYS_RESOURCE), else the soft limit to the hard one.
+ */
 static void raise_nofile(void)
 {
 	struct rlimit rl;
+	unsigned long nr_open = 0;
+	FILE *f = fopen("/proc/sys/fs/nr_open", "re");
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+	if (f) {
+		if (fscanf(f, "%lu", &nr_open) != 1)
+			nr_open = 0;
+		fclose(f);
+	}
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (nr_open > rl.rlim_max) {
+		struct rlimit more = { nr_open, nr_open };
+
+		if (setrlimit(RLIMIT_NOFILE, &more) == 0)
+			return;
+	}
+	if (rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}

@@ -100,7 +100,8 @@ int shuntd_session_reply_status(struct session *s, uint16_t type, uint32_t seq, 
 /* Descriptors each request type must carry. */
 static unsigned fds_expected(uint16_t type)
 {
-	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT;
+	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT ||
+	       type == SHUNT_MSG_DOWNGRADE;
 }
 
 /* Whether a malformed request of this type is answered (a CLOSE only sometimes is: never). */
@@ -175,6 +176,9 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 		break;
 	case SHUNT_MSG_FORK_DONE:
 		shuntd_fork_done(d, s, buf);
+		break;
+	case SHUNT_MSG_DOWNGRADE:
+		shuntd_downgrade(d, s, buf, fds[0]);
 		break;
 	default:
 		/* A status record type sent to the daemon. */

@@ -122,6 +122,8 @@ struct circuit {
 	struct shunt_wire_addr peer[2];		/* getpeername of each end */
 	uint32_t isn[2];		/* companion sockets' initial sequence numbers */
 	bool companion;			/* the connector's socket was made ESTABLISHED */
+	uint64_t kino[2];		/* inode of each end's companion (companion.c) */
+	bool downgraded;		/* the kernel carries it now (downgrade.c) */
 	struct listener *listener;	/* while queued */
 	enum circuit_queue queue;
 	struct shunt_list queue_node;
@@ -218,6 +220,19 @@ struct session *shuntd_circuit_holder(struct circuit *c, unsigned end);
 int shuntd_companion_seqs(struct circuit *c);
 int shuntd_companion_connector(struct circuit *c, int fd);
 int shuntd_companion_acceptor(struct circuit *c, int domain);
+/*
+ * A descriptor of end @end's companion: taken from a process holding that
+ * end (pidfd_getfd), or, when none does any more, a new one made in its
+ * place with the same addresses and sequence numbers. -errno on failure.
+ */
+int shuntd_companion_fetch(struct shuntd *d, struct circuit *c, unsigned end);
+/*
+ * Move the connection onto its companions @kfd (end 0's and end 1's): each
+ * ring's unread bytes into the receiver's kernel queue (and, as sent, into
+ * the sender's), then out of repair mode. 0 or -errno; on failure the
+ * circuit is untouched.
+ */
+int shuntd_companion_release(struct circuit *c, const int kfd[2]);
 
 /* shm.c: a sealed, anonymous memfd of @size bytes, or -errno */
 int shuntd_memfd_sealed(const char *name, size_t size);
@@ -238,6 +253,10 @@ void shuntd_link_next(struct shuntd *d, struct session *s, const struct shunt_ms
 void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_connect *m, int fd);
 void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_accept *m, int fd);
 void shuntd_close(struct shuntd *d, struct session *s, const struct shunt_msg_close *m);
+
+/* downgrade.c */
+void shuntd_downgrade(struct shuntd *d, struct session *s, const struct shunt_msg_downgrade *m,
+		      int fd);
 
 /* status.c */
 void shuntd_status(struct shuntd *d, struct session *s, const struct shunt_msg_status *m);

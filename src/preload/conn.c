@@ -286,7 +286,7 @@ static bool tx_ready(void *arg)
 	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
 
 	return shunt_ring_used_shared(&c->tx) != c->ring_size || peer_gone(ps) || is_dead(c) ||
-	       error_pending(c) || (my_state(c) & SHUNT_END_WR_SHUT);
+	       error_pending(c) || (my_state(c) & (SHUNT_END_WR_SHUT | SHUNT_END_KERNEL));
 }
 
 /* Bytes we never read, from the shared indices (0 if they make no sense). */
@@ -313,6 +313,11 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 
 	if (c->let_go)
 		return;
+	/* The kernel sockets carry it: their own close says what this close means. */
+	if (shunt_conn_moved(c)) {
+		shunt_conn_let_go(c);
+		return;
+	}
 	c->let_go = true;
 	shunt_notice_unbind(c);
 	/*
@@ -343,6 +348,52 @@ void shunt_conn_close(struct shunt_conn *c, bool abort)
 {
 	shunt_conn_shut(c, abort);
 	shunt_conn_free(c);
+}
+
+bool shunt_conn_moved(struct shunt_conn *c)
+{
+	return my_state(c) & SHUNT_END_KERNEL;
+}
+
+void shunt_conn_let_go(struct shunt_conn *c)
+{
+	if (c->let_go)
+		return;
+	c->let_go = true;
+	shunt_notice_unbind(c);
+	shunt_ctl_close(c->circuit, c->end, false);
+	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
+	atomic_fetch_add(&shunt_stats.shm_rx_bytes, shunt_conn_rx_bytes(c));
+}
+
+int shunt_conn_downgrade(struct shunt_conn *c, int fd)
+{
+	/* Both ends' locks, always in the same order, so two downgraders never deadlock. */
+	_Atomic uint32_t *locks[4] = {
+		&c->hdr->end[0].tx_lock, &c->hdr->end[0].rx_lock,
+		&c->hdr->end[1].tx_lock, &c->hdr->end[1].rx_lock,
+	};
+	int64_t deadline = shunt_deadline(1000000);
+	int held = 0, r = 0;
+
+	if (shunt_conn_moved(c))
+		return 0;
+	for (; held < 4; held++) {
+		if (!shunt_lock_try(locks[held], shunt_pid) &&
+		    shunt_lock_wait(locks[held], shunt_pid, deadline) < 0) {
+			r = -ETIMEDOUT;
+			break;
+		}
+	}
+	if (r == 0)
+		r = shunt_ctl_downgrade(c->circuit, fd);
+	while (held--)
+		shunt_unlock(locks[held]);
+	if (r < 0)
+		shunt_warn("circuit %llu cannot move onto the kernel (%s): the program it is "
+			   "handed to will not see its bytes", (unsigned long long)c->circuit,
+			   strerror(-r));
+	return r;
 }
 
 /*
@@ -377,7 +428,7 @@ static int send_blocked(struct shunt_conn *c, size_t done, size_t left, ssize_t 
 }
 
 ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
-			const struct shunt_io *io)
+			struct shunt_io *io)
 {
 	bool nonblock = io->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t total = iov_total(iov, iovcnt), pretend = 0;
@@ -395,6 +446,12 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 	for (;;) {
 		size_t space, n;
 
+		/* Moved onto the kernel: the rest goes there (the caller sends it). */
+		if (my_state(c) & SHUNT_END_KERNEL) {
+			io->moved = true;
+			r = 0;
+			break;
+		}
 		r = send_blocked(c, done, (size_t)total - done, &pretend);
 		if (r)
 			break;
@@ -441,6 +498,8 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 	}
 	tx_unlock(c);
 unlocked:
+	if (io->moved)
+		return (ssize_t)done;
 	if (r == 1)
 		return (ssize_t)done + pretend;
 	if (done || total == 0)
@@ -463,7 +522,8 @@ static bool rx_ready(void *arg)
 	uint64_t avail = shunt_ring_used_shared(&c->rx);
 
 	return avail > c->ring_size || avail >= w->need || (ps & ~SHUNT_END_RD_SHUT) ||
-	       (my_state(c) & SHUNT_END_RD_SHUT) || is_dead(c) || error_pending(c);
+	       (my_state(c) & (SHUNT_END_RD_SHUT | SHUNT_END_KERNEL)) || is_dead(c) ||
+	       error_pending(c);
 }
 
 /*
@@ -479,7 +539,7 @@ static void credit_returned(struct shunt_conn *c)
 }
 
 ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
-			const struct shunt_io *io)
+			struct shunt_io *io)
 {
 	bool nonblock = io->nonblock || (flags & MSG_DONTWAIT);
 	ssize_t total = iov_total(iov, iovcnt);
@@ -507,7 +567,15 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 	for (;;) {
 		/* Peer state first: bytes published before its FIN are then visible. */
 		uint32_t ps = sync_peer(c);
-		long avail = shunt_ring_avail(&c->rx);
+		long avail;
+
+		/* Moved onto the kernel, every unread byte with it: read there from now on. */
+		if (my_state(c) & SHUNT_END_KERNEL) {
+			io->moved = true;
+			r = 0;
+			break;
+		}
+		avail = shunt_ring_avail(&c->rx);
 
 		if (avail < 0) {
 			broken(c);

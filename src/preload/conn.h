@@ -82,6 +82,8 @@ struct shunt_io {
 	bool nonblock;			/* O_NONBLOCK of the descriptor, or MSG_DONTWAIT */
 	int64_t timeout_us;		/* SO_SNDTIMEO / SO_RCVTIMEO, 0: none */
 	int lowat;			/* SO_RCVLOWAT, at least 1 */
+	bool moved;			/* out: the kernel carries the connection now; the call
+					   returned what it moved so far (maybe 0) */
 };
 
 /*
@@ -90,9 +92,26 @@ struct shunt_io {
  * Return bytes, or -errno (-EPIPE means the caller may owe a SIGPIPE).
  */
 ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
-			const struct shunt_io *io);
+			struct shunt_io *io);
 ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
-			const struct shunt_io *io);
+			struct shunt_io *io);
+
+/*
+ * Whether the connection moved onto its kernel sockets (a downgrade): from
+ * now on they carry it, for this process and every other holder.
+ */
+bool shunt_conn_moved(struct shunt_conn *c);
+
+/* After it moved: stop hearing of it and let go of it at shuntd, publishing nothing. */
+void shunt_conn_let_go(struct shunt_conn *c);
+
+/*
+ * Move the connection onto its kernel sockets, because a descriptor of it
+ * (@fd, our end's kernel socket) is about to reach code the library does
+ * not run in (exec, SCM_RIGHTS). 0, or -errno (no companions: shuntd lacks
+ * CAP_NET_ADMIN, or the peer is in another network namespace).
+ */
+int shunt_conn_downgrade(struct shunt_conn *c, int fd);
 
 /* shutdown(2) on an established connection: 0 or -errno. */
 int shunt_conn_shutdown(struct shunt_conn *c, int how);

@@ -419,3 +419,16 @@ void shunt_ctl_fork_done(uint64_t ticket, pid_t pid)
 	m.pid = pid > 0 ? pid : 0;
 	notify(&m);
 }
+
+int shunt_ctl_downgrade(uint64_t circuit, int fd)
+{
+	struct shunt_msg_downgrade m;
+	_Alignas(8) char reply[SHUNT_MSG_MAX];
+	unsigned n = 0;
+	int r;
+
+	shunt_proto_init(&m, SHUNT_MSG_DOWNGRADE, sizeof(m), 0);
+	m.circuit = circuit;
+	r = request(&m, &fd, 1, reply, NULL, &n);
+	return r > 0 ? -EPROTO : r;
+}

@@ -86,6 +86,12 @@ void shunt_ctl_fork_done(uint64_t ticket, pid_t pid);
 /* In the fork child: open our own session, claiming the parent's ticket. 0 or -errno. */
 int shunt_ctl_claim(uint64_t ticket, uint64_t secret);
 
+/*
+ * Move @circuit onto its companion kernel sockets; @fd is ours (the kernel
+ * socket of the end we hold). The caller holds the circuit's four locks.
+ */
+int shunt_ctl_downgrade(uint64_t circuit, int fd);
+
 /* Close every descriptor of a grant that was not used. */
 void shunt_grant_discard(struct shunt_grant *g);
 

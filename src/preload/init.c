@@ -13,6 +13,7 @@
 #include "preload/control.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
+#include "preload/handoff.h"
 #include "preload/init.h"
 #include "preload/libc.h"
 #include "preload/notice.h"
@@ -45,6 +46,9 @@ static void init(void)
 	shunt_stats_init();
 	pthread_atfork(shunt_fork_prepare, shunt_fork_parent, shunt_fork_child);
 	atomic_store_explicit(&shunt_ready, true, memory_order_release);
+	/* Listening sockets this program was started with (socket activation, an exec). */
+	if (enabled)
+		shunt_handoff_inherited();
 }
 
 void shunt_init(void)

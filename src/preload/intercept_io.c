@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "preload/fdtable.h"
+#include "preload/handoff.h"
 #include "preload/init.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
@@ -40,19 +41,19 @@ static struct shunt_sock *stream_of(int fd)
 	return s;
 }
 
-static ssize_t do_send(struct shunt_sock *s, const struct iovec *iov, int cnt, int flags)
+static ssize_t do_send(struct shunt_sock *s, int fd, const struct iovec *iov, int cnt, int flags)
 {
 	int saved = errno;
-	ssize_t r = shunt_op_send(s, iov, cnt, flags);
+	ssize_t r = shunt_op_send(s, fd, iov, cnt, flags);
 
 	shunt_sock_put(s);
 	return shunt_ret(r, saved);
 }
 
-static ssize_t do_recv(struct shunt_sock *s, const struct iovec *iov, int cnt, int flags)
+static ssize_t do_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int cnt, int flags)
 {
 	int saved = errno;
-	ssize_t r = shunt_op_recv(s, iov, cnt, flags);
+	ssize_t r = shunt_op_recv(s, fd, iov, cnt, flags);
 
 	shunt_sock_put(s);
 	return shunt_ret(r, saved);
@@ -65,7 +66,7 @@ SHUNT_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 
 	if (!s)
 		return shunt_libc.send(fd, buf, len, flags);
-	return do_send(s, &iov, 1, flags);
+	return do_send(s, fd, &iov, 1, flags);
 }
 
 SHUNT_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
@@ -77,7 +78,7 @@ SHUNT_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	if (!s)
 		return shunt_libc.sendto(fd, buf, len, flags, addr.__sockaddr__, alen);
 	/* A connected stream socket ignores the destination, as tcp_sendmsg does. */
-	return do_send(s, &iov, 1, flags);
+	return do_send(s, fd, &iov, 1, flags);
 }
 
 SHUNT_EXPORT ssize_t write(int fd, const void *buf, size_t len)
@@ -87,7 +88,7 @@ SHUNT_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 
 	if (!s)
 		return shunt_libc.write(fd, buf, len);
-	return do_send(s, &iov, 1, 0);
+	return do_send(s, fd, &iov, 1, 0);
 }
 
 SHUNT_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
@@ -101,7 +102,7 @@ SHUNT_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 		errno = EINVAL;
 		return -1;
 	}
-	return do_send(s, iov, cnt, 0);
+	return do_send(s, fd, iov, cnt, 0);
 }
 
 SHUNT_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
@@ -110,8 +111,12 @@ SHUNT_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	int saved = errno;
 	ssize_t r;
 
-	if (!s)
+	if (!s) {
+		/* Passing descriptors (SCM_RIGHTS): shunt connections among them move first. */
+		if (msg && msg->msg_controllen)
+			shunt_handoff_scm(msg);
 		return shunt_libc.sendmsg(fd, msg, flags);
+	}
 	r = shunt_op_sendmsg(s, fd, msg, flags);
 	shunt_sock_put(s);
 	return shunt_ret(r, saved);
@@ -124,8 +129,12 @@ SHUNT_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 	ssize_t r = 0;
 	unsigned int i;
 
-	if (!s)
+	if (!s) {
+		for (i = 0; vec && i < n; i++)
+			if (vec[i].msg_hdr.msg_controllen)
+				shunt_handoff_scm(&vec[i].msg_hdr);
 		return shunt_libc.sendmmsg(fd, vec, n, flags);
+	}
 	if (n > IOV_MAX)
 		n = IOV_MAX;	/* the kernel's UIO_MAXIOV cap */
 	for (i = 0; i < n; i++) {
@@ -145,7 +154,7 @@ SHUNT_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 
 	if (!s)
 		return shunt_libc.recv(fd, buf, len, flags);
-	return do_recv(s, &iov, 1, flags);
+	return do_recv(s, fd, &iov, 1, flags);
 }
 
 SHUNT_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, __SOCKADDR_ARG addr,
@@ -157,7 +166,7 @@ SHUNT_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, __SOCKAD
 
 	if (!s)
 		return shunt_libc.recvfrom(fd, buf, len, flags, addr.__sockaddr__, alen);
-	r = do_recv(s, &iov, 1, flags);
+	r = do_recv(s, fd, &iov, 1, flags);
 	/* A stream socket reports no source: the length becomes 0. */
 	if (r >= 0 && addr.__sockaddr__ && alen)
 		*alen = 0;
@@ -171,7 +180,7 @@ SHUNT_EXPORT ssize_t read(int fd, void *buf, size_t len)
 
 	if (!s)
 		return shunt_libc.read(fd, buf, len);
-	return do_recv(s, &iov, 1, 0);
+	return do_recv(s, fd, &iov, 1, 0);
 }
 
 SHUNT_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
@@ -185,7 +194,7 @@ SHUNT_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 		errno = EINVAL;
 		return -1;
 	}
-	return do_recv(s, iov, cnt, 0);
+	return do_recv(s, fd, iov, cnt, 0);
 }
 
 SHUNT_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
@@ -194,8 +203,15 @@ SHUNT_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	int saved = errno;
 	ssize_t r;
 
-	if (!s)
-		return shunt_libc.recvmsg(fd, msg, flags);
+	if (!s) {
+		r = shunt_libc.recvmsg(fd, msg, flags);
+		/* Received descriptors (SCM_RIGHTS): a listening socket among them may be ours. */
+		if (r >= 0 && msg && msg->msg_controllen) {
+			shunt_handoff_received(msg);
+			errno = saved;
+		}
+		return r;
+	}
 	r = shunt_op_recvmsg(s, fd, msg, flags);
 	shunt_sock_put(s);
 	return shunt_ret(r, saved);
@@ -210,8 +226,16 @@ SHUNT_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 	ssize_t r = 0;
 	unsigned int i;
 
-	if (!s)
-		return shunt_libc.recvmmsg(fd, vec, n, flags, timeout);
+	if (!s) {
+		int got = shunt_libc.recvmmsg(fd, vec, n, flags, timeout);
+
+		for (int k = 0; k < got; k++)
+			if (vec[k].msg_hdr.msg_controllen)
+				shunt_handoff_received(&vec[k].msg_hdr);
+		if (got >= 0)
+			errno = saved;
+		return got;
+	}
 	if (timeout)
 		end = shunt_now_ns() + timeout->tv_sec * 1000000000LL + timeout->tv_nsec;
 	if (n > IOV_MAX)
@@ -264,7 +288,7 @@ static ssize_t do_sendfile(int out_fd, int in_fd, off_t *offset, size_t count,
 
 	if (!s)
 		return libc_fn(out_fd, in_fd, offset, count);
-	r = shunt_op_sendfile(s, in_fd, offset, count);
+	r = shunt_op_sendfile(s, out_fd, in_fd, offset, count);
 	shunt_sock_put(s);
 	return shunt_ret(r, saved);
 }

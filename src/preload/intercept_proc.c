@@ -1,9 +1,21 @@
 // SPDX-License-Identifier: MIT
-/* Exported wrappers of the calls that make processes: fork and vfork. */
+/*
+ * Exported wrappers of the calls that make processes and replace programs:
+ * fork and vfork (the child holds what the parent holds), and the exec
+ * family, posix_spawn, system and popen, before which every shunt
+ * connection the new program inherits moves onto its kernel socket.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "preload/fork.h"
+#include "preload/handoff.h"
 #include "preload/init.h"
+#include "preload/libc.h"
+
+int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags);
 
 SHUNT_EXPORT pid_t fork(void)
 {
@@ -20,4 +32,172 @@ SHUNT_EXPORT pid_t vfork(void)
 {
 	shunt_ensure_init();
 	return shunt_op_fork();
+}
+
+SHUNT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	shunt_ensure_init();
+	shunt_handoff_exec();
+	return shunt_libc.execve(path, argv, envp);
+}
+
+SHUNT_EXPORT int execv(const char *path, char *const argv[])
+{
+	shunt_ensure_init();
+	shunt_handoff_exec();
+	return shunt_libc.execv(path, argv);
+}
+
+SHUNT_EXPORT int execvp(const char *file, char *const argv[])
+{
+	shunt_ensure_init();
+	shunt_handoff_exec();
+	return shunt_libc.execvp(file, argv);
+}
+
+SHUNT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	shunt_ensure_init();
+	shunt_handoff_exec();
+	return shunt_libc.execvpe(file, argv, envp);
+}
+
+SHUNT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	shunt_ensure_init();
+	shunt_handoff_exec();
+	return shunt_libc.fexecve(fd, argv, envp);
+}
+
+SHUNT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+			  int flags)
+{
+	shunt_ensure_init();
+	if (!shunt_libc.execveat) {
+		errno = ENOSYS;
+		return -1;
+	}
+	shunt_handoff_exec();
+	return shunt_libc.execveat(dirfd, path, argv, envp, flags);
+}
+
+/*
+ * The execl family: the arguments up to the NULL into an array, as glibc
+ * does; execle's environment follows the NULL. Returns NULL without memory.
+ */
+static char **collect_args(const char *arg0, va_list ap, char ***envp)
+{
+	va_list count;
+	size_t n = 1;
+	char **argv;
+
+	va_copy(count, ap);
+	while (va_arg(count, char *))
+		n++;
+	va_end(count);
+	argv = malloc((n + 1) * sizeof(*argv));
+	if (!argv)
+		return NULL;
+	argv[0] = (char *)arg0;
+	for (size_t i = 1; i <= n; i++)
+		argv[i] = va_arg(ap, char *);	/* the last one read is the NULL */
+	if (envp)
+		*envp = va_arg(ap, char **);
+	return argv;
+}
+
+SHUNT_EXPORT int execl(const char *path, const char *arg0, ...)
+{
+	va_list ap;
+	char **argv;
+	int r;
+
+	va_start(ap, arg0);
+	argv = collect_args(arg0, ap, NULL);
+	va_end(ap);
+	if (!argv) {
+		errno = ENOMEM;
+		return -1;
+	}
+	r = execv(path, argv);
+	free(argv);
+	return r;
+}
+
+SHUNT_EXPORT int execlp(const char *file, const char *arg0, ...)
+{
+	va_list ap;
+	char **argv;
+	int r;
+
+	va_start(ap, arg0);
+	argv = collect_args(arg0, ap, NULL);
+	va_end(ap);
+	if (!argv) {
+		errno = ENOMEM;
+		return -1;
+	}
+	r = execvp(file, argv);
+	free(argv);
+	return r;
+}
+
+SHUNT_EXPORT int execle(const char *path, const char *arg0, ...)
+{
+	va_list ap;
+	char **argv, **envp;
+	int r;
+
+	va_start(ap, arg0);
+	argv = collect_args(arg0, ap, &envp);
+	va_end(ap);
+	if (!argv) {
+		errno = ENOMEM;
+		return -1;
+	}
+	r = execve(path, argv, envp);
+	free(argv);
+	return r;
+}
+
+SHUNT_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa, int fd,
+						  int newfd)
+{
+	shunt_ensure_init();
+	shunt_handoff_note_dup2(fd);
+	return shunt_libc.posix_spawn_file_actions_adddup2(fa, fd, newfd);
+}
+
+SHUNT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+			     const posix_spawnattr_t *attr, char *const argv[],
+			     char *const envp[])
+{
+	shunt_ensure_init();
+	shunt_handoff_spawn();
+	return shunt_libc.posix_spawn(pid, path, fa, attr, argv, envp);
+}
+
+SHUNT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			      const posix_spawnattr_t *attr, char *const argv[],
+			      char *const envp[])
+{
+	shunt_ensure_init();
+	shunt_handoff_spawn();
+	return shunt_libc.posix_spawnp(pid, file, fa, attr, argv, envp);
+}
+
+/* system() and popen() start a shell that inherits what has no FD_CLOEXEC, as exec does. */
+SHUNT_EXPORT int system(const char *command)
+{
+	shunt_ensure_init();
+	if (command)
+		shunt_handoff_exec();
+	return shunt_libc.system(command);
+}
+
+SHUNT_EXPORT FILE *popen(const char *command, const char *type)
+{
+	shunt_ensure_init();
+	shunt_handoff_exec();
+	return shunt_libc.popen(command, type);
 }

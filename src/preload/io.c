@@ -66,7 +66,42 @@ static int await_connected(struct shunt_sock *s, bool nonblock, int64_t timeout_
 	return shunt_sock_sync(s) == SHUNT_SOCK_CONNECTED ? 0 : -ENOTCONN;
 }
 
-ssize_t shunt_op_send(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags)
+/* @iov without its first @skip bytes, into @out (IOV_MAX entries): the entries left. */
+static int iov_skip(const struct iovec *iov, int cnt, size_t skip, struct iovec *out)
+{
+	int n = 0;
+
+	for (int i = 0; i < cnt; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		out[n].iov_base = (char *)iov[i].iov_base + skip;
+		out[n++].iov_len = iov[i].iov_len - skip;
+		skip = 0;
+	}
+	return n;
+}
+
+/*
+ * The rest of a call whose connection moved onto the kernel half-way:
+ * the kernel socket (holding every byte the ring had) carries it on.
+ */
+static ssize_t kernel_rest(int fd, const struct iovec *iov, int iovcnt, int flags, size_t done,
+			   bool send)
+{
+	struct iovec rest[IOV_MAX];
+	struct msghdr mh = { .msg_iov = rest };
+	ssize_t r;
+
+	mh.msg_iovlen = (size_t)iov_skip(iov, iovcnt, done, rest);
+	r = send ? shunt_libc.sendmsg(fd, &mh, flags) : shunt_libc.recvmsg(fd, &mh, flags);
+	if (r < 0)
+		return done ? (ssize_t)done : -errno;
+	return (ssize_t)done + r;
+}
+
+ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct shunt_io io = {
 		.nonblock = (flags & MSG_DONTWAIT) || shunt_sock_opt_nonblock(s),
@@ -78,6 +113,13 @@ ssize_t shunt_op_send(struct shunt_sock *s, const struct iovec *iov, int iovcnt,
 
 	if (r == 0)
 		r = c ? shunt_conn_send(c, iov, iovcnt, flags, &io) : -EPIPE;
+	if (io.moved && r >= 0) {
+		shunt_sock_sync(s);
+		/* A blocking send sends it all, as the kernel's would; a non-blocking one may stop. */
+		if (r == 0 || !io.nonblock)
+			return kernel_rest(fd, iov, iovcnt, flags, (size_t)r, true);
+		return r;
+	}
 	if (r == -ENOTCONN)
 		r = -EPIPE;	/* an unconnected stream socket: the kernel says EPIPE too */
 	/* The kernel signals the thread before returning EPIPE, unless asked not to. */
@@ -86,7 +128,7 @@ ssize_t shunt_op_send(struct shunt_sock *s, const struct iovec *iov, int iovcnt,
 	return r;
 }
 
-ssize_t shunt_op_recv(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags)
+ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct shunt_io io = {
 		.nonblock = (flags & MSG_DONTWAIT) || shunt_sock_opt_nonblock(s),
@@ -98,26 +140,30 @@ ssize_t shunt_op_recv(struct shunt_sock *s, const struct iovec *iov, int iovcnt,
 
 	if (r == 0)
 		r = c ? shunt_conn_recv(c, iov, iovcnt, flags, &io) : -ENOTCONN;
+	if (io.moved && r >= 0) {
+		shunt_sock_sync(s);
+		/* Bytes already copied are a short read; only MSG_WAITALL wants the rest. */
+		if (r == 0 || (flags & MSG_WAITALL))
+			return kernel_rest(fd, iov, iovcnt, flags, (size_t)r, false);
+	}
 	return r;
 }
 
 ssize_t shunt_op_sendmsg(struct shunt_sock *s, int fd, const struct msghdr *msg, int flags)
 {
-	(void)fd;
 	if (!msg || msg->msg_iovlen > IOV_MAX)
 		return msg ? -EMSGSIZE : -EFAULT;
 	/* A connected stream socket ignores the destination and our control data. */
-	return shunt_op_send(s, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	return shunt_op_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 }
 
 ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int flags)
 {
 	ssize_t r;
 
-	(void)fd;
 	if (!msg || msg->msg_iovlen > IOV_MAX)
 		return msg ? -EMSGSIZE : -EFAULT;
-	r = shunt_op_recv(s, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	r = shunt_op_recv(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 	if (r >= 0) {
 		/* What tcp_recvmsg leaves in them: no address, no control data. */
 		msg->msg_namelen = 0;
@@ -143,7 +189,7 @@ static char *bounce(void)
  * sendfile() into a circuit: read the file with pread at an explicit
  * offset and send; the file offset (or *@offset) advances by what was sent.
  */
-ssize_t shunt_op_sendfile(struct shunt_sock *s, int in_fd, off_t *offset, size_t count)
+ssize_t shunt_op_sendfile(struct shunt_sock *s, int out_fd, int in_fd, off_t *offset, size_t count)
 {
 	char *buf = bounce();
 	const size_t chunk = BOUNCE_SIZE;
@@ -167,7 +213,7 @@ ssize_t shunt_op_sendfile(struct shunt_sock *s, int in_fd, off_t *offset, size_t
 			break;
 		iov.iov_base = buf;
 		iov.iov_len = (size_t)got;
-		r = shunt_op_send(s, &iov, 1, 0);
+		r = shunt_op_send(s, out_fd, &iov, 1, 0);
 		if (r <= 0)
 			break;
 		sent += r;
@@ -231,12 +277,12 @@ ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct
 				return room < 0 ? room : -EAGAIN;
 		}
 		iov = (struct iovec){ buf, len < (size_t)room ? len : (size_t)room };
-		r = shunt_op_recv(in, &iov, 1, msg);
+		r = shunt_op_recv(in, fd_in, &iov, 1, msg);
 		if (r <= 0)
 			return r;
 		iov.iov_len = (size_t)r;
 		if (out)
-			return shunt_op_send(out, &iov, 1, msg);
+			return shunt_op_send(out, fd_out, &iov, 1, msg);
 		r = syscall(SYS_write, fd_out, buf, (size_t)r);
 		return r < 0 ? -errno : r;
 	}
@@ -253,5 +299,5 @@ ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct
 	if (r <= 0)
 		return r < 0 ? -errno : 0;
 	iov = (struct iovec){ buf, (size_t)r };
-	return shunt_op_send(out, &iov, 1, msg);
+	return shunt_op_send(out, fd_out, &iov, 1, msg);
 }

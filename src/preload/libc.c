@@ -27,7 +27,8 @@ static void die_missing(const char *name)
 static int optional(const char *name)
 {
 	return !strcmp(name, "fcntl64") || !strcmp(name, "__ppoll_chk") ||
-	       !strcmp(name, "__poll_chk") || !strcmp(name, "epoll_pwait2");
+	       !strcmp(name, "__poll_chk") || !strcmp(name, "epoll_pwait2") ||
+	       !strcmp(name, "execveat");
 }
 
 #define SHUNT_LIBC_ENTRY(ret, name, args) { #name, (void **)&shunt_libc.name },

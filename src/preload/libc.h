@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -67,7 +69,20 @@
 	X(int, epoll_wait, (int, struct epoll_event *, int, int)) \
 	X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *)) \
 	X(int, epoll_pwait2, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *)) \
-	X(pid_t, fork, (void))
+	X(pid_t, fork, (void)) \
+	X(int, execve, (const char *, char *const[], char *const[])) \
+	X(int, execv, (const char *, char *const[])) \
+	X(int, execvp, (const char *, char *const[])) \
+	X(int, execvpe, (const char *, char *const[], char *const[])) \
+	X(int, fexecve, (int, char *const[], char *const[])) \
+	X(int, execveat, (int, const char *, char *const[], char *const[], int)) \
+	X(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
+			     const posix_spawnattr_t *, char *const[], char *const[])) \
+	X(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
+			      const posix_spawnattr_t *, char *const[], char *const[])) \
+	X(int, posix_spawn_file_actions_adddup2, (posix_spawn_file_actions_t *, int, int)) \
+	X(int, system, (const char *)) \
+	X(FILE *, popen, (const char *, const char *))
 
 #define SHUNT_LIBC_POINTER(ret, name, args) ret (*name) args;
 struct shunt_libc {

@@ -2,6 +2,7 @@
 /* Notices: slots and routes, draining link bits, routing them to sockets and their epolls. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,7 +12,9 @@
 #include "preload/control.h"
 #include "preload/epoll.h"
 #include "preload/notice.h"
+#include "preload/ops.h"
 #include "preload/plink.h"
+#include "preload/sock.h"
 #include "preload/util.h"
 
 enum {
@@ -196,14 +199,61 @@ void shunt_notice_reroute(void)
 	pthread_mutex_unlock(&shunt_notice_lock);
 }
 
+/*
+ * Sockets whose connection moved onto the kernel, to switch over once the
+ * notice lock is released (the switch moves their epoll registrations,
+ * which takes it). Under the notice lock; a reference held on each.
+ */
+static struct shunt_sock **moved;
+static _Atomic size_t nmoved;
+static size_t moved_cap;
+
+static void note_moved(struct shunt_sock *s)
+{
+	if (nmoved == moved_cap) {
+		size_t cap = moved_cap ? 2 * moved_cap : 16;
+		struct shunt_sock **m = realloc(moved, cap * sizeof(*m));
+
+		if (!m)
+			return;		/* its next call switches it over */
+		moved = m;
+		moved_cap = cap;
+	}
+	if (shunt_file_tryget(&s->f))
+		moved[nmoved++] = s;
+}
+
 /* Route one noticed slot. Under shunt_notice_lock. */
 static void route(uint32_t slot)
 {
 	/* The slot comes from shared memory: only our own table says what it is. */
 	struct shunt_conn **e = slot_entry(slot, false);
 
-	if (e && *e && (*e)->owner)
+	if (!e || !*e || !(*e)->owner)
+		return;
+	if (shunt_conn_moved(*e))
+		note_moved((*e)->owner);
+	else
 		shunt_epoll_sock_changed((*e)->owner);
+}
+
+/* Switch over the sockets whose connection moved (see note_moved). */
+static void switch_moved(void)
+{
+	struct shunt_sock *batch[16];
+	size_t n;
+
+	do {
+		pthread_mutex_lock(&shunt_notice_lock);
+		n = nmoved < 16 ? nmoved : 16;
+		nmoved -= n;
+		memcpy(batch, moved + nmoved, n * sizeof(*batch));
+		pthread_mutex_unlock(&shunt_notice_lock);
+		for (size_t i = 0; i < n; i++) {
+			shunt_sock_sync(batch[i]);
+			shunt_sock_put(batch[i]);
+		}
+	} while (n);
 }
 
 /* Drain one side's bitmap: summary bits name the words that may hold bits. */
@@ -297,6 +347,8 @@ int shunt_notice_drain(bool hub_fired)
 		/* New links may already carry notices. */
 		n += drain_links();
 	}
+	if (nmoved)
+		switch_moved();
 	return n;
 }
 

@@ -36,6 +36,12 @@ int shunt_op_shutdown(struct shunt_sock *s, int fd, int how);
 int shunt_op_close(int fd);
 /* close_range(2), which must not close the library's own descriptors. */
 int shunt_op_close_range(unsigned first, unsigned last, int flags);
+/*
+ * A descriptor that came from outside the library (SCM_RIGHTS, exec): if it
+ * is a TCP listening socket, make it a shunt listener, registered with
+ * shuntd (as one more holder of an existing registration, if any).
+ */
+void shunt_op_adopt_listener(int fd);
 /* After the C library duplicated @oldfd onto @newfd: share the socket. */
 void shunt_op_dup(int oldfd, int newfd);
 
@@ -45,12 +51,22 @@ void shunt_op_dup(int oldfd, int newfd);
  */
 int shunt_sock_sync(struct shunt_sock *s);
 
+/*
+ * Descriptor @fd of @s is about to reach code the library does not run in
+ * (exec, SCM_RIGHTS): move its connection onto the kernel socket, for every
+ * holder. 0 or -errno; sockets without a connection need nothing.
+ */
+int shunt_sock_downgrade(struct shunt_sock *s, int fd);
+
 /* io.c: the byte stream (CONNECTED or CONNECTING sockets) */
-ssize_t shunt_op_send(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags);
-ssize_t shunt_op_recv(struct shunt_sock *s, const struct iovec *iov, int iovcnt, int flags);
+ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt,
+		      int flags);
+ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt,
+		      int flags);
 ssize_t shunt_op_sendmsg(struct shunt_sock *s, int fd, const struct msghdr *msg, int flags);
 ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int flags);
-ssize_t shunt_op_sendfile(struct shunt_sock *s, int in_fd, off_t *offset, size_t count);
+ssize_t shunt_op_sendfile(struct shunt_sock *s, int out_fd, int in_fd, off_t *offset,
+			  size_t count);
 /* splice(2) where @in and/or @out (the other being a pipe) is a circuit socket. */
 ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct shunt_sock *out,
 			int fd_out, loff_t *off_out, size_t len, unsigned int flags);

@@ -37,16 +37,29 @@ unsigned shunt_sock_poll_mask(struct shunt_sock *s, int fd)
 	struct timespec zero = { 0, 0 };
 	unsigned mask;
 
-	switch (shunt_sock_sync(s)) {
-	case SHUNT_SOCK_CONNECTED:
-		return shunt_conn_poll(s->conn, shunt_sock_opt_rcvlowat(s));
-	case SHUNT_SOCK_CONNECTING:
-		return 0;
-	default:
-		/* Not a circuit (any more): the kernel half, plus a refused circuit's error. */
+	int st = shunt_sock_state(s);
+	struct shunt_conn *c = s->conn;
+	uint32_t setup;
+
+	/*
+	 * No state change here: epoll asks under the notice lock, and a change
+	 * (a refused connect, a moved connection) is made by the next call on
+	 * the socket. A connection that moved is the kernel socket's to report.
+	 */
+	if ((st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING) && c &&
+	    !shunt_conn_moved(c)) {
+		setup = atomic_load_explicit(&c->hdr->setup, memory_order_acquire);
+		if (st == SHUNT_SOCK_CONNECTED || setup == SHUNT_SETUP_ESTABLISHED)
+			return shunt_conn_poll(c, shunt_sock_opt_rcvlowat(s));
+		if (setup == SHUNT_SETUP_PENDING)
+			return 0;
+		/* Refused: what the kernel half says, plus the pending error. */
 		mask = syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ? (unsigned)p.revents : 0;
-		return mask | (atomic_load(&s->so_error) ? POLLERR : 0);
+		return mask | POLLERR;
 	}
+	/* Not a circuit (any more): the kernel half, plus a refused circuit's error. */
+	mask = syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ? (unsigned)p.revents : 0;
+	return mask | (atomic_load(&s->so_error) ? POLLERR : 0);
 }
 
 /* One application pollfd and what answers for it. */
@@ -141,7 +154,15 @@ static int set_collect(struct poll_set *ps)
 		short want = ps->app[i].events | POLLERR | POLLHUP | POLLNVAL;
 		short rev = 0;
 
-		if (e->sock)
+		if (e->sock && e->kidx < 0 && shunt_sock_sync(e->sock) == SHUNT_SOCK_KERNEL) {
+			/* Its connection moved onto the kernel: from now on the kernel waits for it. */
+			struct timespec zero = { 0, 0 };
+
+			e->kidx = ps->nk;
+			ps->k[ps->nk++] = (struct pollfd){ ps->app[i].fd, ps->app[i].events, 0 };
+			syscall(SYS_ppoll, &ps->k[e->kidx], 1, &zero, NULL, 0);
+		}
+		if (e->sock && e->kidx < 0)
 			rev = (short)(shunt_sock_poll_mask(e->sock, ps->app[i].fd) & want);
 		if (e->kidx >= 0)
 			rev |= ps->k[e->kidx].revents;

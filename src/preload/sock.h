@@ -20,6 +20,7 @@ enum shunt_sock_state {
 	SHUNT_SOCK_LISTENING,	/* listening (registered with shuntd if listener != 0) */
 	SHUNT_SOCK_CONNECTING,	/* circuit queued behind a full backlog */
 	SHUNT_SOCK_CONNECTED,	/* circuit established */
+	SHUNT_SOCK_KERNEL,	/* moved onto its kernel socket (a downgrade): the kernel answers */
 };
 
 /* What a repeated connect() reports (the kernel's SS_CONNECTING dance). */

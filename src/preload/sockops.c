@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <linux/close_range.h>
 #include <poll.h>
 #include <string.h>
@@ -134,15 +135,37 @@ static int kernel_connect(struct shunt_sock *s, int fd, const struct sockaddr *a
 	return r;
 }
 
+/*
+ * The connection moved onto the kernel sockets (another holder handed a
+ * descriptor to exec or SCM_RIGHTS): from now on the kernel socket is the
+ * socket. Under s->lock.
+ */
+static void to_kernel_locked(struct shunt_sock *s)
+{
+	struct shunt_conn *c = s->conn;
+
+	shunt_conn_let_go(c);
+	c->retired_next = s->retired;
+	s->retired = c;
+	s->conn = NULL;
+	atomic_store_explicit(&s->state, SHUNT_SOCK_KERNEL, memory_order_release);
+	shunt_epoll_sock_moved(s);
+}
+
 int shunt_sock_sync(struct shunt_sock *s)
 {
 	int st = shunt_sock_state(s);
 
-	if (st != SHUNT_SOCK_CONNECTING)
+	if (st == SHUNT_SOCK_CONNECTED && !shunt_conn_moved(s->conn))
+		return st;
+	if (st != SHUNT_SOCK_CONNECTING && st != SHUNT_SOCK_CONNECTED)
 		return st;
 	pthread_mutex_lock(&s->lock);
 	st = shunt_sock_state(s);
-	if (st == SHUNT_SOCK_CONNECTING) {
+	if (st == SHUNT_SOCK_CONNECTED && shunt_conn_moved(s->conn)) {
+		to_kernel_locked(s);
+		st = SHUNT_SOCK_KERNEL;
+	} else if (st == SHUNT_SOCK_CONNECTING) {
 		uint32_t setup = atomic_load(&s->conn->hdr->setup);
 
 		if (setup == SHUNT_SETUP_ESTABLISHED) {
@@ -447,6 +470,17 @@ static int hold_kernel_fd(int fd)
 	return r < 0 ? -errno : r;
 }
 
+/* SO_RCVTIMEO of @fd as the kernel has it, in microseconds. */
+static int64_t timeout_of(int fd)
+{
+	struct timeval tv;
+	socklen_t len = sizeof(tv);
+
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) < 0)
+		return 0;
+	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
 int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 		    int flags)
 {
@@ -638,4 +672,65 @@ void shunt_op_dup(int oldfd, int newfd)
 	if (old)
 		shunt_file_put(old);
 	shunt_fork_leave();
+}
+
+int shunt_sock_downgrade(struct shunt_sock *s, int fd)
+{
+	int st = shunt_sock_sync(s), r;
+
+	if (st == SHUNT_SOCK_CONNECTING) {
+		shunt_warn("a connection still waiting for accept() cannot be handed on; "
+			   "the program it is handed to will not see it connect");
+		return -EINPROGRESS;
+	}
+	if (st != SHUNT_SOCK_CONNECTED)
+		return 0;
+	r = shunt_conn_downgrade(s->conn, fd);
+	if (r == 0)
+		shunt_sock_sync(s);
+	return r;
+}
+
+void shunt_op_adopt_listener(int fd)
+{
+	struct shunt_sock *s;
+	int domain = 0, type = 0, proto = 0, listening = 0;
+	socklen_t len = sizeof(int);
+	struct stat st;
+	long fl;
+
+	if (!shunt_enabled() || shunt_fdt_is_ours(fd) || shunt_fdt_is_hidden(fd) ||
+	    fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return;
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
+	    (domain != AF_INET && domain != AF_INET6))
+		return;
+	len = sizeof(int);
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM)
+		return;
+	len = sizeof(int);
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) < 0 ||
+	    proto != IPPROTO_TCP)
+		return;
+	len = sizeof(int);
+	/* Connections stay the kernel's: one that moved off its circuit belongs there. */
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
+	    !listening)
+		return;
+	fl = syscall(SYS_fcntl, fd, F_GETFL);
+	s = shunt_sock_new(domain, fl >= 0 && (fl & O_NONBLOCK));
+	if (!s)
+		return;
+	atomic_store(&s->rcvtimeo_us, timeout_of(fd));
+	atomic_store_explicit(&s->state, SHUNT_SOCK_LISTENING, memory_order_release);
+	shunt_fork_enter();
+	if (shunt_ctl_listen(fd, 0, &s->listener, &s->doorbell) < 0) {
+		/* Not registered: a listener still, accepting what the kernel queues. */
+		s->listener = 0;
+		s->doorbell = -1;
+	}
+	shunt_fdt_set(fd, &s->f);
+	shunt_fork_leave();
+	shunt_sock_put(s);
+	shunt_stats_saw_fd(fd);
 }

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT
+/* Handing sockets on (exec, posix_spawn, SCM_RIGHTS): the connection moves onto the kernel. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/syscall.h>
+
+#include "preload/fdtable.h"
+#include "preload/handoff.h"
+#include "preload/ops.h"
+#include "preload/sock.h"
+
+/* Descriptors spawn file actions duplicate (adddup2 sources): they reach the child. */
+enum { DUP2_MAX = 64 };
+static pthread_mutex_t dup2_lock = PTHREAD_MUTEX_INITIALIZER;
+static int dup2_fds[DUP2_MAX];
+static int ndup2;
+
+static void hand_on(int fd)
+{
+	struct shunt_sock *s = shunt_fdt_get(fd);
+
+	if (!s)
+		return;
+	shunt_sock_downgrade(s, fd);
+	shunt_sock_put(s);
+}
+
+static bool survives_exec(int fd)
+{
+	long flags = syscall(SYS_fcntl, fd, F_GETFD);
+
+	return flags >= 0 && !(flags & FD_CLOEXEC);
+}
+
+void shunt_handoff_exec(void)
+{
+	size_t high = shunt_fdt_high();
+
+	for (size_t fd = 0; fd < high; fd++)
+		if (shunt_fdt_is_ours((int)fd) && survives_exec((int)fd))
+			hand_on((int)fd);
+}
+
+void shunt_handoff_note_dup2(int fd)
+{
+	pthread_mutex_lock(&dup2_lock);
+	for (int i = 0; i < ndup2; i++)
+		if (dup2_fds[i] == fd)
+			goto out;
+	/* Full: the oldest goes (it was most likely spawned already). */
+	if (ndup2 == DUP2_MAX) {
+		for (int i = 1; i < DUP2_MAX; i++)
+			dup2_fds[i - 1] = dup2_fds[i];
+		ndup2--;
+	}
+	dup2_fds[ndup2++] = fd;
+out:
+	pthread_mutex_unlock(&dup2_lock);
+}
+
+void shunt_handoff_spawn(void)
+{
+	int fds[DUP2_MAX], n;
+
+	pthread_mutex_lock(&dup2_lock);
+	n = ndup2;
+	for (int i = 0; i < n; i++)
+		fds[i] = dup2_fds[i];
+	pthread_mutex_unlock(&dup2_lock);
+	for (int i = 0; i < n; i++)
+		if (shunt_fdt_is_ours(fds[i]))
+			hand_on(fds[i]);
+	shunt_handoff_exec();
+}
+
+/* Call @fn for every descriptor in @msg's SCM_RIGHTS. */
+static void each_passed_fd(const struct msghdr *msg, void (*fn)(int))
+{
+	if (!msg || !msg->msg_control || msg->msg_controllen < sizeof(struct cmsghdr))
+		return;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+		size_t n;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+		    c->cmsg_len < CMSG_LEN(0))
+			continue;
+		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(fd));
+			fn(fd);
+		}
+	}
+}
+
+static void hand_on_ours(int fd)
+{
+	if (shunt_fdt_is_ours(fd))
+		hand_on(fd);
+}
+
+void shunt_handoff_scm(const struct msghdr *msg)
+{
+	each_passed_fd(msg, hand_on_ours);
+}
+
+void shunt_handoff_received(const struct msghdr *msg)
+{
+	each_passed_fd(msg, shunt_op_adopt_listener);
+}
+
+void shunt_handoff_inherited(void)
+{
+	char buf[4096];
+	int dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
+			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	long n;
+
+	if (dir < 0)
+		return;
+	while ((n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+		for (long off = 0; off < n;) {
+			struct dirent64 *e = (struct dirent64 *)(buf + off);
+			char *end;
+			long fd = strtol(e->d_name, &end, 10);
+
+			off += e->d_reclen;
+			if (*end || end == e->d_name || fd == dir)
+				continue;
+			shunt_op_adopt_listener((int)fd);
+		}
+	}
+	syscall(SYS_close, dir);
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Handing sockets on: before a descriptor of a shunt connection reaches
+ * code the library does not run in — a program exec'd over this one (with
+ * the library or without it), a process started with posix_spawn, a
+ * process it is passed to with SCM_RIGHTS — the connection moves onto its
+ * kernel socket (shunt_sock_downgrade), so whoever gets the descriptor
+ * finds an ordinary TCP socket with every byte in order.
+ */
+#ifndef SHUNT_HANDOFF_H
+#define SHUNT_HANDOFF_H
+
+#include <spawn.h>
+#include <sys/socket.h>
+
+/* Before exec: every connection whose descriptor survives it (no FD_CLOEXEC). */
+void shunt_handoff_exec(void);
+
+/* Before posix_spawn: the same, and those the file actions duplicate. */
+void shunt_handoff_spawn(void);
+
+/* posix_spawn_file_actions_adddup2(@fd, ...): @fd will reach the child. */
+void shunt_handoff_note_dup2(int fd);
+
+/* Before sendmsg: the connections passed in @msg's SCM_RIGHTS. */
+void shunt_handoff_scm(const struct msghdr *msg);
+
+/*
+ * And the other way: descriptors that arrive from outside the library (in
+ * SCM_RIGHTS, or inherited when this program was exec'd). A TCP listening
+ * socket among them is registered with shuntd — as one more holder of the
+ * registration it may already have — so its shunt clients keep coming.
+ */
+void shunt_handoff_received(const struct msghdr *msg);
+void shunt_handoff_inherited(void);
+
+#endif
