@@ -38,10 +38,13 @@ static bool owner_gone(uint32_t owner, uint32_t me)
 	return syscall(SYS_kill, (pid_t)owner, 0) < 0 && errno == ESRCH;
 }
 
-int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline)
+int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline, bool *other)
 {
+	*other = true;
 	for (int i = 0; i < SPINS; i++) {
-		if (atomic_load_explicit(word, memory_order_relaxed) == 0 && shunt_lock_try(word, me))
+		bool o;
+
+		if (shunt_lock_try(word, me, &o))
 			return 0;
 		relax();
 	}
@@ -51,10 +54,10 @@ int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline)
 		int r;
 
 		/* Taken after a wait: others may still sleep, so keep the flag. */
-		if (v == 0) {
-			if (atomic_compare_exchange_strong_explicit(word, &v, me | SHUNT_LOCK_WAITERS,
-								    memory_order_acquire,
-								    memory_order_relaxed))
+		if (!(v & SHUNT_LOCK_HELD)) {
+			if (atomic_compare_exchange_strong_explicit(
+				    word, &v, me | SHUNT_LOCK_HELD | SHUNT_LOCK_WAITERS,
+				    memory_order_acquire, memory_order_relaxed))
 				return 0;
 			continue;
 		}
@@ -76,9 +79,9 @@ int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline)
 		r = shunt_futex_wait(word, v, &rel);
 		/* Still the same owner after a while: it may have died holding the lock. */
 		if (r == -ETIMEDOUT && owner_gone(v & SHUNT_LOCK_OWNER, me) &&
-		    atomic_compare_exchange_strong_explicit(word, &v, me | SHUNT_LOCK_WAITERS,
-							    memory_order_acquire,
-							    memory_order_relaxed))
+		    atomic_compare_exchange_strong_explicit(
+			    word, &v, me | SHUNT_LOCK_HELD | SHUNT_LOCK_WAITERS,
+			    memory_order_acquire, memory_order_relaxed))
 			return 0;
 		/* EINTR: a handler ran; the wait goes on, as lock_sock()'s does. */
 	}

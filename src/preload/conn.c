@@ -249,34 +249,38 @@ static bool peer_gone(uint32_t ps)
  * another process holding the socket may have moved. A lock that cannot be
  * had before the call's deadline makes the call time out.
  */
+static int ring_lock(_Atomic uint32_t *w, struct shunt_ring *ring, int producer,
+		     struct shunt_timer *t)
+{
+	bool other;
+
+	if (!shunt_lock_try(w, shunt_pid, &other) &&
+	    shunt_lock_wait(w, shunt_pid, shunt_timer_deadline(t), &other))
+		return -EAGAIN;
+	/* Another process held it since we did: our copy of the index may be stale. */
+	if (other)
+		shunt_ring_resync(ring, producer);
+	return 0;
+}
+
 static int tx_lock(struct shunt_conn *c, struct shunt_timer *t)
 {
-	_Atomic uint32_t *w = &c->me->tx_lock;
-
-	if (!shunt_lock_try(w, shunt_pid) && shunt_lock_wait(w, shunt_pid, shunt_timer_deadline(t)))
-		return -EAGAIN;
-	shunt_ring_resync(&c->tx, 1);
-	return 0;
+	return ring_lock(&c->me->tx_lock, &c->tx, 1, t);
 }
 
 static void tx_unlock(struct shunt_conn *c)
 {
-	shunt_unlock(&c->me->tx_lock);
+	shunt_unlock(&c->me->tx_lock, shunt_pid);
 }
 
 static int rx_lock(struct shunt_conn *c, struct shunt_timer *t)
 {
-	_Atomic uint32_t *w = &c->me->rx_lock;
-
-	if (!shunt_lock_try(w, shunt_pid) && shunt_lock_wait(w, shunt_pid, shunt_timer_deadline(t)))
-		return -EAGAIN;
-	shunt_ring_resync(&c->rx, 0);
-	return 0;
+	return ring_lock(&c->me->rx_lock, &c->rx, 0, t);
 }
 
 static void rx_unlock(struct shunt_conn *c)
 {
-	shunt_unlock(&c->me->rx_lock);
+	shunt_unlock(&c->me->rx_lock, shunt_pid);
 }
 
 /* Send readiness, for the wait loop: made without the lock, from shared indices. */
@@ -379,8 +383,9 @@ int shunt_conn_downgrade(struct shunt_conn *c, int fd)
 	if (shunt_conn_moved(c))
 		return 0;
 	for (; held < 4; held++) {
-		if (!shunt_lock_try(locks[held], shunt_pid) &&
-		    shunt_lock_wait(locks[held], shunt_pid, deadline) < 0) {
+		bool other;
+
+		if (shunt_lock(locks[held], shunt_pid, deadline, &other) < 0) {
 			r = -ETIMEDOUT;
 			break;
 		}
@@ -388,7 +393,7 @@ int shunt_conn_downgrade(struct shunt_conn *c, int fd)
 	if (r == 0)
 		r = shunt_ctl_downgrade(c->circuit, fd);
 	while (held--)
-		shunt_unlock(locks[held]);
+		shunt_unlock(locks[held], shunt_pid);
 	if (r < 0)
 		shunt_warn("circuit %llu cannot move onto the kernel (%s): the program it is "
 			   "handed to will not see its bytes", (unsigned long long)c->circuit,

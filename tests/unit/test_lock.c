@@ -26,22 +26,33 @@ static int64_t now_ns(void)
 static void t_free_lock_is_taken_and_released(void **state)
 {
 	_Atomic uint32_t w = 0;
+	bool other;
 
 	(void)state;
-	assert_int_equal(shunt_lock(&w, 42, 0), 0);
-	assert_int_equal(atomic_load(&w), 42);
-	assert_false(shunt_lock_try(&w, 43));
-	shunt_unlock(&w);
-	assert_int_equal(atomic_load(&w), 0);
+	assert_int_equal(shunt_lock(&w, 42, 0, &other), 0);
+	assert_true(other);			/* never held by 42 before */
+	assert_int_equal(atomic_load(&w), 42 | SHUNT_LOCK_HELD);
+	assert_false(shunt_lock_try(&w, 43, &other));
+	shunt_unlock(&w, 42);
+	assert_int_equal(atomic_load(&w), 42);	/* free, 42 the last owner */
+	/* 42 again: nobody else came between, its cached positions are good. */
+	assert_true(shunt_lock_try(&w, 42, &other));
+	assert_false(other);
+	shunt_unlock(&w, 42);
+	/* 43 now: someone else had it. */
+	assert_true(shunt_lock_try(&w, 43, &other));
+	assert_true(other);
+	shunt_unlock(&w, 43);
 }
 
 static void t_deadline_bounds_the_wait(void **state)
 {
-	_Atomic uint32_t w = (uint32_t)getpid();	/* held by a live process: us */
+	_Atomic uint32_t w = (uint32_t)getpid() | SHUNT_LOCK_HELD;	/* held by a live process: us */
 	int64_t start = now_ns();
+	bool other;
 
 	(void)state;
-	assert_int_equal(shunt_lock_wait(&w, 12345, start + 30 * 1000000), -ETIMEDOUT);
+	assert_int_equal(shunt_lock_wait(&w, 12345, start + 30 * 1000000, &other), -ETIMEDOUT);
 	assert_true(now_ns() - start >= 30 * 1000000);
 	/* The waiter said it sleeps there, so an unlock will wake. */
 	assert_true(atomic_load(&w) & SHUNT_LOCK_WAITERS);
@@ -50,6 +61,7 @@ static void t_deadline_bounds_the_wait(void **state)
 static void t_dead_owner_is_replaced(void **state)
 {
 	_Atomic uint32_t w;
+	bool other;
 	pid_t child = fork();
 	int status;
 
@@ -59,8 +71,10 @@ static void t_dead_owner_is_replaced(void **state)
 	assert_true(child > 0);
 	waitpid(child, &status, 0);
 	/* A process that died holding the lock: the next one takes it over. */
-	atomic_store(&w, (uint32_t)child);
-	assert_int_equal(shunt_lock_wait(&w, (uint32_t)getpid(), now_ns() + 5000000000LL), 0);
+	atomic_store(&w, (uint32_t)child | SHUNT_LOCK_HELD);
+	assert_int_equal(shunt_lock_wait(&w, (uint32_t)getpid(), now_ns() + 5000000000LL, &other),
+			 0);
+	assert_true(other);
 	assert_int_equal(atomic_load(&w) & SHUNT_LOCK_OWNER, (uint32_t)getpid());
 }
 
@@ -74,9 +88,11 @@ static void *bump(void *arg)
 	struct counter *c = arg;
 
 	for (int i = 0; i < 100000; i++) {
-		assert_int_equal(shunt_lock(&c->lock, (uint32_t)getpid(), 0), 0);
+		bool other;
+
+		assert_int_equal(shunt_lock(&c->lock, (uint32_t)getpid(), 0, &other), 0);
 		c->value++;
-		shunt_unlock(&c->lock);
+		shunt_unlock(&c->lock, (uint32_t)getpid());
 	}
 	return NULL;
 }
@@ -92,7 +108,7 @@ static void t_threads_exclude_each_other(void **state)
 	for (int i = 0; i < 4; i++)
 		pthread_join(th[i], NULL);
 	assert_int_equal(c.value, 400000);
-	assert_int_equal(atomic_load(&c.lock), 0);
+	assert_int_equal(atomic_load(&c.lock) & (SHUNT_LOCK_HELD | SHUNT_LOCK_WAITERS), 0);
 }
 
 int main(void)
