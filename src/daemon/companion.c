@@ -115,14 +115,17 @@ int shuntd_companion_connector(struct circuit *c, int fd)
 	return r;
 }
 
-int shuntd_companion_acceptor(struct circuit *c, int domain)
+/*
+ * A new kernel socket for end @end of @c, in the family of @domain (the
+ * listener's: a dual-stack one reports v4-mapped addresses), bound to the
+ * end's address and ESTABLISHED with its sequence numbers, or -errno.
+ */
+static int make_half(struct circuit *c, unsigned end, int domain)
 {
 	struct sockaddr_storage ss;
-	socklen_t len = shunt_addr_from_wire(&c->local[SHUNT_END_ACCEPTOR], &ss);
+	socklen_t len = shunt_addr_from_wire(&c->local[end], &ss);
 	int fd, r;
 
-	if (disabled)
-		return -EPERM;
 	fd = socket(domain, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
 	if (fd < 0)
 		return -errno;
@@ -131,13 +134,23 @@ int shuntd_companion_acceptor(struct circuit *c, int domain)
 	if (r == 0 && bind(fd, (struct sockaddr *)&ss, len) < 0)
 		r = -errno;
 	if (r == 0)
-		r = establish(fd, c->isn[SHUNT_END_ACCEPTOR], c->isn[SHUNT_END_CONNECTOR],
-			      &c->peer[SHUNT_END_ACCEPTOR]);
+		r = establish(fd, c->isn[end], c->isn[end ^ 1], &c->peer[end]);
 	if (r < 0) {
 		close(fd);
 		return r;
 	}
-	c->kino[SHUNT_END_ACCEPTOR] = inode_of(fd);
+	return fd;
+}
+
+int shuntd_companion_acceptor(struct circuit *c, int domain)
+{
+	int fd;
+
+	if (disabled)
+		return -EPERM;
+	fd = make_half(c, SHUNT_END_ACCEPTOR, domain);
+	if (fd >= 0)
+		c->kino[SHUNT_END_ACCEPTOR] = inode_of(fd);
 	return fd;
 }
 
@@ -176,15 +189,13 @@ static int fd_in_process(pid_t pid, uint64_t ino)
 int shuntd_companion_fetch(struct shuntd *d, struct circuit *c, unsigned end)
 {
 	struct shunt_list *pos;
-	struct sockaddr_storage ss;
-	socklen_t len;
-	int fd, r;
 
 	(void)d;
 	if (!c->companion)
 		return -EOPNOTSUPP;
 	shunt_list_for_each(pos, &c->end[end].holds) {
 		struct hold *h = shunt_container_of(pos, struct hold, node);
+		int fd;
 
 		if (h->session->ticket || h->session->pid <= 0)
 			continue;
@@ -193,20 +204,7 @@ int shuntd_companion_fetch(struct shuntd *d, struct circuit *c, unsigned end)
 			return fd;
 	}
 	/* Nobody holds that end any more: a socket in its place, as it was. */
-	len = shunt_addr_from_wire(&c->local[end], &ss);
-	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
-	if (fd < 0)
-		return -errno;
-	r = repair(fd, 1);
-	if (r == 0 && bind(fd, (struct sockaddr *)&ss, len) < 0)
-		r = -errno;
-	if (r == 0)
-		r = establish(fd, c->isn[end], c->isn[end ^ 1], &c->peer[end]);
-	if (r < 0) {
-		close(fd);
-		return r;
-	}
-	return fd;
+	return make_half(c, end, c->local[end].family);
 }
 
 /* Put @len bytes into queue @queue of @fd (in repair mode): what was received, or sent. */

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "preload/libc.h"
 
 int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags);
+extern char **environ;
 
 SHUNT_EXPORT pid_t fork(void)
 {
@@ -106,57 +108,65 @@ static char **collect_args(const char *arg0, va_list ap, char ***envp)
 	return argv;
 }
 
-SHUNT_EXPORT int execl(const char *path, const char *arg0, ...)
+/* Run @exec (execv, execvp or execve) with the arguments collected from @ap. */
+static int exec_list(const char *file, const char *arg0, va_list ap, bool with_env,
+		     int (*exec)(const char *, char *const[], char *const[]))
 {
-	va_list ap;
-	char **argv;
+	char **envp = environ, **argv = collect_args(arg0, ap, with_env ? &envp : NULL);
 	int r;
 
-	va_start(ap, arg0);
-	argv = collect_args(arg0, ap, NULL);
-	va_end(ap);
 	if (!argv) {
 		errno = ENOMEM;
 		return -1;
 	}
-	r = execv(path, argv);
+	r = exec(file, argv, envp);
 	free(argv);
+	return r;
+}
+
+/* execv and execvp, shaped like execve (they use the current environment). */
+static int execv_env(const char *path, char *const argv[], char *const envp[])
+{
+	(void)envp;
+	return execv(path, argv);
+}
+
+static int execvp_env(const char *file, char *const argv[], char *const envp[])
+{
+	(void)envp;
+	return execvp(file, argv);
+}
+
+SHUNT_EXPORT int execl(const char *path, const char *arg0, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, arg0);
+	r = exec_list(path, arg0, ap, false, execv_env);
+	va_end(ap);
 	return r;
 }
 
 SHUNT_EXPORT int execlp(const char *file, const char *arg0, ...)
 {
 	va_list ap;
-	char **argv;
 	int r;
 
 	va_start(ap, arg0);
-	argv = collect_args(arg0, ap, NULL);
+	r = exec_list(file, arg0, ap, false, execvp_env);
 	va_end(ap);
-	if (!argv) {
-		errno = ENOMEM;
-		return -1;
-	}
-	r = execvp(file, argv);
-	free(argv);
 	return r;
 }
 
 SHUNT_EXPORT int execle(const char *path, const char *arg0, ...)
 {
 	va_list ap;
-	char **argv, **envp;
 	int r;
 
 	va_start(ap, arg0);
-	argv = collect_args(arg0, ap, &envp);
+	r = exec_list(path, arg0, ap, true, execve);
 	va_end(ap);
-	if (!argv) {
-		errno = ENOMEM;
-		return -1;
-	}
-	r = execve(path, argv, envp);
-	free(argv);
 	return r;
 }
 

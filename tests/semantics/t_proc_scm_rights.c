@@ -4,7 +4,9 @@
 // bytes the peer sent before the pass and nobody read (they are the
 // receiver's first), the sender closing its copy right after sending it; a
 // listening socket, on which the receiver accepts; a connection the sender
-// keeps and uses in turns with the receiver.
+// keeps and uses in turns with the receiver; a connection whose peer sent
+// its last bytes and closed before the pass (the receiver reads them, then
+// EOF).
 // shunt-expect: shm_connect>=4 shm_accept>=4
 // shunt-expect: shm_tx_bytes>=1 shm_rx_bytes>=1
 #include "t_harness.h"
@@ -27,6 +29,7 @@ enum {
 	TAG_TALK = 't',
 	TAG_LISTENER = 'l',
 	TAG_SHARED = 's',
+	TAG_DRAIN = 'd',
 	TAG_QUIT = 'q',
 	EXIT_PRELOADED = 3,
 };
@@ -43,6 +46,18 @@ static void shared_turns(int fd, int usock)
 	t_send_all(fd, "receiver's turn;", 16);
 	if (write(usock, "r", 1) != 1)
 		t_fatal("receiver: token");
+}
+
+// Everything until EOF: "goodbye" exactly, then 0.
+static unsigned char drain(int fd)
+{
+	char buf[64];
+	size_t got = 0;
+	ssize_t n;
+
+	while ((n = recv(fd, buf + got, sizeof(buf) - got, 0)) > 0)
+		got += (size_t)n;
+	return n == 0 && got == 7 && !memcmp(buf, "goodbye", 7) ? 0 : 1;
 }
 
 static int receiver(int usock, int plain)
@@ -78,6 +93,9 @@ static int receiver(int usock, int plain)
 		case TAG_SHARED:
 			shared_turns(fd, usock);
 			status = 0;
+			break;
+		case TAG_DRAIN:
+			status = drain(fd);
 			break;
 		default:
 			status = 2;
@@ -177,6 +195,22 @@ static void pass_shared(struct rx *r)
 	close(s);
 }
 
+static void pass_after_peer_closed(struct rx *r)
+{
+	int c, s, st;
+
+	printf("  a connection whose peer sent its last bytes and closed before the pass:\n");
+	t_pair(AF_INET, &c, &s);
+	t_send_all(s, "goodbye", 7);
+	T_REPORT("    peer close", close(s));
+	t_wait_event(c, POLLRDHUP);
+	command(r, TAG_DRAIN);
+	t_send_fd(r->usock, c, TAG_DRAIN);
+	T_REPORT("    sender close", close(c));
+	st = status_of(r);
+	t_expect(st == 0, "    the receiver read \"goodbye\", then EOF (status %d)", st);
+}
+
 static void start_receiver(struct rx *r, const char *self, bool plain)
 {
 	char usarg[16];
@@ -216,6 +250,7 @@ int main(int argc, char **argv)
 		pass_connection(&r[i]);
 		pass_listener(&r[i]);
 		pass_shared(&r[i]);
+		pass_after_peer_closed(&r[i]);
 		command(&r[i], TAG_QUIT);
 		t_expect(t_wait_child(r[i].pid) == 0, "  receiver exit status 0");
 		close(r[i].usock);
