@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from machine import LOAD_WARN_FRAC, LoadMeter, check_idle, git_info, machine_info
+from machine import LOAD_WARN_FRAC, LoadMeter, check_idle, check_pinning, git_info, machine_info
 from report import (fmt_num, fmt_size, plot, print_table, print_targets,
                     summarise, targets_for)
 
@@ -464,12 +464,7 @@ def parse_args():
             p.error("--modes: unknown mode %r" % m)
     if a.repeat < 1 or a.duration <= 0 or a.warmup < 0 or a.retry_disturbed < 0:
         p.error("--repeat must be >= 1, --duration > 0, --warmup and --retry-disturbed >= 0")
-    cpus = os.sched_getaffinity(0)
-    for c in (a.server_cpu, a.client_cpu):
-        if c not in cpus:
-            p.error("cpu %d is not available to this process (have %s)" % (c, sorted(cpus)))
-    if a.server_cpu == a.client_cpu:
-        p.error("server and client must be pinned to different CPUs")
+    check_pinning(p, a.server_cpu, a.client_cpu)
     return a
 
 

@@ -29,7 +29,7 @@ import time
 
 from core import (REPO, READY_TIMEOUT_S, check_shunt, free_tcp_port, last_json,
                   log, loud, spawn, stop, stop_daemon, unix_listener_pids)
-from machine import LOAD_WARN_FRAC, LoadMeter, check_idle, git_info, machine_info
+from machine import LOAD_WARN_FRAC, LoadMeter, check_idle, check_pinning, git_info, machine_info
 from report import COLORS, fmt_num
 
 SERIES = ["kernel-tcp", "shunt"]
@@ -668,12 +668,7 @@ def parse_args():
             a.retry_disturbed < 0 or a.connect_inflight < 1 or a.stall_timeout < 1):
         p.error("--repeat/--idle-repeat/--connect-inflight/--stall-timeout must be >= 1, "
                 "--duration > 0, --warmup and --retry-disturbed >= 0")
-    cpus = os.sched_getaffinity(0)
-    for c in (a.server_cpu, a.client_cpu):
-        if c not in cpus:
-            p.error("cpu %d is not available to this process (have %s)" % (c, sorted(cpus)))
-    if a.server_cpu == a.client_cpu:
-        p.error("server and client must be pinned to different CPUs")
+    check_pinning(p, a.server_cpu, a.client_cpu)
     return a
 
 

@@ -158,3 +158,13 @@ def git_info(repo):
         "commit": head.stdout.strip() if head.returncode == 0 else None,
         "dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None,
     }
+
+
+def check_pinning(parser, server_cpu, client_cpu, who=("server", "client")):
+    """Refuse (parser.error) CPUs this process may not use, or one CPU for both sides."""
+    cpus = os.sched_getaffinity(0)
+    for c in (server_cpu, client_cpu):
+        if c not in cpus:
+            parser.error("cpu %d is not available to this process (have %s)" % (c, sorted(cpus)))
+    if server_cpu == client_cpu:
+        parser.error("%s and %s must be pinned to different CPUs" % who)

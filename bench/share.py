@@ -29,7 +29,7 @@ import time
 
 from core import REPO, check_shunt, free_tcp_port, last_json, log, loud, spawn, stop_daemon
 from epoll import DaemonAwareMeter, Runner as PairRunner, check_on_shm, kill_and_collect
-from machine import LOAD_WARN_FRAC, check_idle, git_info, machine_info
+from machine import LOAD_WARN_FRAC, check_idle, check_pinning, git_info, machine_info
 from report import COLORS, fmt_num
 
 SERIES = ["kernel-tcp", "shunt"]
@@ -634,12 +634,7 @@ def parse_args():
     if (a.repeat < 1 or a.duration <= 0 or a.warmup < 0 or a.percall_duration <= 0 or
             a.percall_warmup < 0 or a.retry_disturbed < 0):
         p.error("--repeat must be >= 1, durations > 0, warm-ups and --retry-disturbed >= 0")
-    cpus = os.sched_getaffinity(0)
-    for c in (a.server_cpu, a.client_cpu):
-        if c not in cpus:
-            p.error("cpu %d is not available to this process (have %s)" % (c, sorted(cpus)))
-    if a.server_cpu == a.client_cpu:
-        p.error("receivers and senders must be pinned to different CPUs")
+    check_pinning(p, a.server_cpu, a.client_cpu, ('receivers', 'senders'))
     return a
 
 
