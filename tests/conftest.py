@@ -22,6 +22,8 @@ SUN_PATH_MAX = 107
 
 
 def pytest_configure(config):
+    # Rows of the compatibility matrix the tests/apps tests record (apps_lib.record).
+    config.shunt_compat_rows = []
     config.addinivalue_line(
         "markers", "plain: runs programs without shunt; works before the library exists")
     config.addinivalue_line(
