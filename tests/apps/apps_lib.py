@@ -12,6 +12,7 @@ modules import the fixtures they use from here (`from apps_lib import
 servers, need`), which makes pytest see them.
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -254,6 +255,22 @@ def record(config, program, version, client, result, transport):
     Rows are written when the whole of tests/apps ran (tests/conftest.py)."""
     config.shunt_compat_rows.append({"program": program, "version": version, "client": client,
                                      "result": result, "transport": transport})
+
+
+@contextlib.contextmanager
+def matrix_row(request, program, version, client, transport="shm"):
+    """Record one row for the test body inside: "pass" when it completes,
+    "FAIL: <first line of the error>" when it raises (and re-raise); a skip
+    records nothing here (tests/conftest.py records skips)."""
+    try:
+        yield
+    except pytest.skip.Exception:
+        raise
+    except BaseException as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+        record(request.config, program, version, client, f"FAIL: {first}", transport)
+        raise
+    record(request.config, program, version, client, "pass", transport)
 
 
 def version_of(argv, pattern=None):

@@ -26,7 +26,8 @@ import time
 import pytest
 
 from apps_lib import (START_TIMEOUT_S, STOP_TIMEOUT_S, assert_stats, free_port,  # noqa: F401
-                      listening, need, plain_mode, run_client, servers, shunt_mode)
+                      listening, matrix_row, need, plain_mode, run_client, servers,
+                      shunt_mode, version_of)
 
 # ---- nginx: master + 2 workers, curl
 
@@ -126,18 +127,21 @@ def test_nginx_plain(tools, tmp_path, servers, nginx_tools):
 
 
 @pytest.mark.shunt
-def test_nginx_two_workers(tools, tmp_path, servers, nginx_tools, shunt_session, shunt_cli):
+def test_nginx_two_workers(tools, tmp_path, servers, nginx_tools, shunt_session, shunt_cli,
+                           request):
     """nginx (master, 2 workers) and curl both under shunt: the same statuses
     and bytes as plain; curl's connections went through shared memory, and the
     workers, forked after the master made the listener, accepted them."""
-    nginx, curl = nginx_tools
-    plain, pdir = nginx_round(plain_mode(tools), tmp_path, servers, nginx, curl)
-    mode = shunt_mode(tools, shunt_session, shunt_cli)
-    shunted, _ = nginx_round(mode, tmp_path, servers, nginx, curl, www_src=pdir / "www")
-    assert shunted == plain, "nginx under shunt served something else than plain"
-    total_bytes = NGINX_CURLS * sum(NGINX_FILES.values())
-    assert_stats(mode, "curl", shm_connect=NGINX_CURLS, shm_rx_bytes=total_bytes)
-    assert_stats(mode, "nginx", shm_accept=NGINX_CURLS, shm_tx_bytes=total_bytes)
+    with matrix_row(request, "nginx (master + 2 workers)", version_of([nginx_tools[0], "-v"]),
+                    "curl " + version_of([nginx_tools[1], "--version"]).split()[1]):
+        nginx, curl = nginx_tools
+        plain, pdir = nginx_round(plain_mode(tools), tmp_path, servers, nginx, curl)
+        mode = shunt_mode(tools, shunt_session, shunt_cli)
+        shunted, _ = nginx_round(mode, tmp_path, servers, nginx, curl, www_src=pdir / "www")
+        assert shunted == plain, "nginx under shunt served something else than plain"
+        total_bytes = NGINX_CURLS * sum(NGINX_FILES.values())
+        assert_stats(mode, "curl", shm_connect=NGINX_CURLS, shm_rx_bytes=total_bytes)
+        assert_stats(mode, "nginx", shm_accept=NGINX_CURLS, shm_tx_bytes=total_bytes)
 
 
 @pytest.mark.shunt
@@ -309,17 +313,20 @@ def test_forking_socketserver_plain(tools, servers, scripts, tmp_path):
 
 
 @pytest.mark.shunt
-def test_forking_socketserver(tools, servers, scripts, tmp_path, shunt_session, shunt_cli):
+def test_forking_socketserver(tools, servers, scripts, tmp_path, shunt_session, shunt_cli,
+                              request):
     """socketserver.ForkingTCPServer: the parent accepts and closes its copy,
     a forked child echoes on the connection. Client and server under shunt:
     the same as plain, and the connections were shared-memory ones."""
-    plain = forking_round(plain_mode(tools), servers, scripts, tmp_path)
-    mode = shunt_mode(tools, shunt_session, shunt_cli)
-    shunted = forking_round(mode, servers, scripts, tmp_path)
-    assert shunted == plain
-    assert_stats(mode, "echo-client", shm_connect=ECHO_CONNS,
-                 shm_rx_bytes=ECHO_CONNS * ECHO_SIZE)
-    assert_stats(mode, "echo-forking", shm_accept=ECHO_CONNS)
+    with matrix_row(request, "python3 socketserver.ForkingTCPServer",
+                    version_of([sys.executable, "--version"]), "python3 socket client"):
+        plain = forking_round(plain_mode(tools), servers, scripts, tmp_path)
+        mode = shunt_mode(tools, shunt_session, shunt_cli)
+        shunted = forking_round(mode, servers, scripts, tmp_path)
+        assert shunted == plain
+        assert_stats(mode, "echo-client", shm_connect=ECHO_CONNS,
+                     shm_rx_bytes=ECHO_CONNS * ECHO_SIZE)
+        assert_stats(mode, "echo-forking", shm_accept=ECHO_CONNS)
 
 
 def socat_round(mode, servers, scripts, tmp_path, socat, fork):
@@ -368,14 +375,16 @@ def test_socat_relay_plain(tools, servers, scripts, tmp_path, socat_bin, fork):
 @pytest.mark.shunt
 @pytest.mark.parametrize("fork", [False, True], ids=["single", "fork"])
 def test_socat_relay(tools, servers, scripts, tmp_path, socat_bin, shunt_session, shunt_cli,
-                     fork):
+                     fork, request):
     """socat between a client and an echo server, all under shunt: the same
     bytes as plain; the client's and socat's connections (accepted, and made
     to the backend, in a forked child with fork) were shared-memory ones."""
-    plain = socat_round(plain_mode(tools), servers, scripts, tmp_path, socat_bin, fork)
-    mode = shunt_mode(tools, shunt_session, shunt_cli)
-    shunted = socat_round(mode, servers, scripts, tmp_path, socat_bin, fork)
-    assert shunted == plain
-    n = ECHO_CONNS if fork else 1
-    assert_stats(mode, "echo-client", shm_connect=n, shm_rx_bytes=n * ECHO_SIZE)
-    assert_stats(mode, "socat", shm_accept=n, shm_connect=n)
+    with matrix_row(request, f"socat relay ({'fork' if fork else 'single'})",
+                    version_of([socat_bin, "-V"], "socat version"), "python3 socket client"):
+        plain = socat_round(plain_mode(tools), servers, scripts, tmp_path, socat_bin, fork)
+        mode = shunt_mode(tools, shunt_session, shunt_cli)
+        shunted = socat_round(mode, servers, scripts, tmp_path, socat_bin, fork)
+        assert shunted == plain
+        n = ECHO_CONNS if fork else 1
+        assert_stats(mode, "echo-client", shm_connect=n, shm_rx_bytes=n * ECHO_SIZE)
+        assert_stats(mode, "socat", shm_accept=n, shm_connect=n)
