@@ -40,13 +40,27 @@ enum shunt_msg_limits {
 	SHUNT_COMM_LEN = 16,
 };
 
-/* Positive reply statuses; negative ones are -errno. */
+/*
+ * Positive reply statuses; negative ones are -errno. A CONNECT answered
+ * with one of the SHUNT_KERNEL_* (or SHUNT_USE_KERNEL) leaves the
+ * connection to the kernel, for the reason it names.
+ */
 enum shunt_reply_status {
 	SHUNT_OK = 0,
 	SHUNT_USE_KERNEL = 1,		/* connect: no shunt listener matches, use the kernel */
 	SHUNT_NONE = 2,			/* link_next: nothing to hand over */
 	SHUNT_LAST = 3,			/* close of a shared end: you were its last holder */
+	SHUNT_KERNEL_POLICY = 4,	/* connect: the policy leaves it to the kernel */
+	SHUNT_KERNEL_LIMIT = 5,		/* connect: a tenant's limit is reached */
+	SHUNT_KERNEL_RESOURCES = 6,	/* connect: shuntd is out of memory or descriptors */
 };
+
+/* Whether a CONNECT reply status means "use the kernel". */
+static inline int shunt_status_is_kernel(int status)
+{
+	return status == SHUNT_USE_KERNEL || status == SHUNT_KERNEL_POLICY ||
+	       status == SHUNT_KERNEL_LIMIT || status == SHUNT_KERNEL_RESOURCES;
+}
 
 struct shunt_msg_hdr {
 	uint16_t type;
@@ -235,12 +249,15 @@ struct shunt_msg_status {
 	uint32_t reserved;
 };
 
+enum { SHUNT_TENANT_LEN = 32 };
+
 struct shunt_msg_status_session {
 	struct shunt_msg_hdr h;
 	uint64_t session;
 	int32_t pid;
 	uint32_t uid;
 	char comm[SHUNT_COMM_LEN];
+	char tenant[SHUNT_TENANT_LEN];	/* as shuntd derived it (docs/policy.md) */
 };
 
 struct shunt_msg_status_listener {
@@ -268,7 +285,10 @@ struct shunt_msg_status_end {
 	struct shunt_msg_hdr h;
 	uint64_t circuits_total;	/* circuits created since the daemon started */
 	uint64_t sessions_total;
-	uint64_t kernel_fallbacks;	/* connects answered SHUNT_USE_KERNEL */
+	uint64_t kernel_fallbacks;	/* connects left to the kernel, for any reason */
+	uint64_t policy_kernel;		/* ... of which by a policy rule */
+	uint64_t policy_refused;	/* connects the policy refused */
+	uint64_t limit_fallbacks;	/* connects left to the kernel by a tenant's limit */
 };
 
 _Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v2");

@@ -98,6 +98,11 @@ void shuntd_circuit_set_setup(struct shuntd *d, struct circuit *c, enum shunt_se
 void shuntd_circuit_destroy(struct shuntd *d, struct circuit *c)
 {
 	shuntd_circuit_unqueue(c);
+	for (unsigned e = 0; e < 2; e++) {
+		shuntd_tenant_release(c, e);
+		d->bytes_closed += atomic_load(&c->hdr->ring[e].tail);
+	}
+	shuntd_tenant_free_memory(c);
 	munmap(c->hdr, shunt_circuit_size(c->ring_size));
 	if (c->memfd >= 0)
 		close(c->memfd);
@@ -131,6 +136,7 @@ void shuntd_circuit_end_done(struct shuntd *d, struct circuit *c, unsigned end, 
 	if (e->done)
 		return;
 	e->done = true;
+	shuntd_tenant_release(c, end);
 	if (died)
 		bury(c, end);
 	if (!c->end[end ^ 1].done) {

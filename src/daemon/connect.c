@@ -119,8 +119,15 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 			shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, r);
 			return;
 		}
-		d->kernel_fallbacks++;
+		shuntd_tenant_fallback(d, s, FALLBACK_NO_LISTENER);
 		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_USE_KERNEL);
+		return;
+	}
+	/* Who may talk to whom, and within what limits (tenant.c). */
+	r = shuntd_tenant_admit(d, s, l, &m->dst);
+	if (r != SHUNT_OK) {
+		close(fd);
+		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, r);
 		return;
 	}
 	c = shuntd_circuit_create(d, d->cfg.ring_size);
@@ -130,10 +137,11 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		if (c)
 			shuntd_circuit_destroy(d, c);
 		close(fd);
-		d->kernel_fallbacks++;
-		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_USE_KERNEL);
+		shuntd_tenant_fallback(d, s, FALLBACK_RESOURCES);
+		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_KERNEL_RESOURCES);
 		return;
 	}
+	shuntd_tenant_charge(c, SHUNT_END_CONNECTOR, s->tenant);
 	atomic_store(&c->hdr->end[SHUNT_END_CONNECTOR].holders, 1);
 	set_addresses(c, &f.local, &m->dst, l);
 	/* Same namespace only: companions are made in shuntd's own. */
@@ -189,6 +197,7 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 		return;
 	}
 	atomic_store(&c->hdr->end[SHUNT_END_ACCEPTOR].holders, 1);
+	shuntd_tenant_charge(c, SHUNT_END_ACCEPTOR, s->tenant);
 	/* Its kernel socket, ESTABLISHED on the listener's port as accept()'s would be. */
 	half = c->companion ? shuntd_companion_acceptor(c, f.domain) : -1;
 	r = shuntd_circuit_reply(d, s, c, SHUNT_END_ACCEPTOR, SHUNT_MSG_ACCEPT, m->h.seq, half);

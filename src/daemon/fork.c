@@ -37,6 +37,8 @@ static struct session *ticket_new(struct shuntd *d, struct session *parent)
 	t->uid = parent->uid;
 	t->gid = parent->gid;
 	t->parent_pid = parent->pid;
+	t->facts = parent->facts;
+	t->tenant = parent->tenant;
 	memcpy(t->comm, parent->comm, sizeof(t->comm));
 	shunt_list_init(&t->holds);
 	shunt_map_init(&t->links);

@@ -97,6 +97,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 		return;
 	}
 	shunt_list_init(&l->holds);
+	l->tenant = s->tenant;
 	if (!shuntd_hold_listener(l, s)) {
 		shunt_map_del(&d->listeners, l->id);
 		close(l->doorbell);

@@ -12,7 +12,7 @@
 #include "daemon/shuntd.h"
 
 /* Tags for the daemon's own descriptors; sessions are tagged with themselves. */
-static char tag_listen, tag_signal;
+static char tag_listen, tag_signal, tag_metrics;
 static int signal_fd = -1;
 
 int shuntd_loop_watch(struct shuntd *d, int fd, void *tag)
@@ -39,6 +39,7 @@ int shuntd_loop_init(struct shuntd *d)
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (signal_fd < 0 || shuntd_loop_watch(d, signal_fd, &tag_signal) < 0 ||
@@ -90,10 +91,19 @@ int shuntd_loop_run(struct shuntd *d)
 			} else if (tag == &tag_signal) {
 				struct signalfd_siginfo si;
 
-				if (read(signal_fd, &si, sizeof(si)) == sizeof(si)) {
-					shunt_info("signal %u, exiting", si.ssi_signo);
-					d->stopping = true;
+				if (read(signal_fd, &si, sizeof(si)) != sizeof(si))
+					continue;
+				if (si.ssi_signo == SIGHUP) {
+					shunt_info("SIGHUP: reading the policy again");
+					shuntd_policy_load(d);
+					continue;
 				}
+				shunt_info("signal %u, exiting", si.ssi_signo);
+				d->stopping = true;
+			} else if (tag == &tag_metrics) {
+				shuntd_metrics_accept(d);
+			} else if (*(int *)tag == SHUNTD_WATCH_METRICS) {
+				shuntd_metrics_input(d, tag);
 			} else if (*(int *)tag == SHUNTD_WATCH_TICKET) {
 				shuntd_fork_ticket_exited(d, tag);
 			} else {
@@ -104,4 +114,9 @@ int shuntd_loop_run(struct shuntd *d)
 			idle_since = now_ms();
 	}
 	return 0;
+}
+
+int shuntd_loop_watch_metrics(struct shuntd *d, int fd)
+{
+	return shuntd_loop_watch(d, fd, &tag_metrics);
 }

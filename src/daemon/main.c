@@ -18,6 +18,8 @@
 #include "common/log.h"
 #include "daemon/shuntd.h"
 
+#define DEFAULT_CONFIG "/etc/shunt/shuntd.conf"
+
 uint64_t shuntd_new_id(struct shuntd *d)
 {
 	return ++d->next_id;
@@ -27,7 +29,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: shuntd [--socket PATH] [--ring-size BYTES] [--idle-exit SECONDS]\n"
-		"              [--socket-mode OCTAL] [--log LEVEL]\n"
+		"              [--socket-mode OCTAL] [--config FILE] [--metrics ADDRESS]\n"
+		"              [--log LEVEL]\n"
 		"\n"
 		"The shunt daemon: authenticates processes running under shunt, matches\n"
 		"their connect() calls with listeners, and hands both ends a shared-memory\n"
@@ -37,6 +40,12 @@ static void usage(FILE *f)
 		"  --ring-size BYTES    bytes per ring direction, a power of two (default %u)\n"
 		"  --idle-exit SECONDS  exit after that long with no client (default: never)\n"
 		"  --socket-mode OCTAL  permissions of the control socket (default 0666)\n"
+		"  --config FILE        the policy: tenants, limits, rules (docs/policy.md;\n"
+		"                       default $SHUNT_CONFIG, else /etc/shunt/shuntd.conf\n"
+		"                       if it exists, else: one tenant per uid, connections\n"
+		"                       within a tenant on shared memory, across on the kernel)\n"
+		"  --metrics ADDRESS    serve metrics (Prometheus text format) on HOST:PORT\n"
+		"                       or unix:PATH (default: the policy's [daemon] metrics)\n"
 		"  --log LEVEL          quiet, error, warn, info or debug (default warn)\n",
 		SHUNT_RING_DEFAULT);
 }
@@ -49,13 +58,15 @@ static int parse(int argc, char **argv, struct shuntd_config *cfg)
 		{ "idle-exit", required_argument, NULL, 'i' },
 		{ "socket-mode", required_argument, NULL, 'm' },
 		{ "log", required_argument, NULL, 'l' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "metrics", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	enum shunt_log_level level = shunt_log_parse(getenv("SHUNT_LOG"), SHUNT_LOG_WARN);
 	int c;
 
-	while ((c = getopt_long(argc, argv, "s:r:i:m:l:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:r:i:m:l:c:M:h", opts, NULL)) != -1) {
 		char *end = NULL;
 
 		switch (c) {
@@ -91,6 +102,12 @@ static int parse(int argc, char **argv, struct shuntd_config *cfg)
 					optarg);
 				return -1;
 			}
+			break;
+		case 'c':
+			cfg->config_path = optarg;
+			break;
+		case 'M':
+			cfg->metrics = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -218,7 +235,15 @@ int main(int argc, char **argv)
 	};
 	if (getenv("SHUNT_SOCKET") && *getenv("SHUNT_SOCKET"))
 		d.cfg.socket_path = getenv("SHUNT_SOCKET");
+	if (getenv("SHUNT_CONFIG") && *getenv("SHUNT_CONFIG"))
+		d.cfg.config_path = getenv("SHUNT_CONFIG");
+	else if (access(DEFAULT_CONFIG, F_OK) == 0)
+		d.cfg.config_path = DEFAULT_CONFIG;
+	d.metrics_fd = -1;
 	if (parse(argc, argv, &d.cfg) < 0)
+		return 2;
+	/* A policy that does not parse is not guessed at: shuntd does not start. */
+	if (shuntd_policy_load(&d) < 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile();
@@ -228,7 +253,7 @@ int main(int argc, char **argv)
 	shunt_map_init(&d.circuits);
 	if (open_control_socket(&d) < 0)
 		return 1;
-	if (shuntd_loop_init(&d) < 0) {
+	if (shuntd_loop_init(&d) < 0 || shuntd_metrics_init(&d) < 0) {
 		unlink(d.cfg.socket_path);
 		return 1;
 	}

@@ -65,6 +65,7 @@ void shuntd_session_accept(struct shuntd *d)
 		s->uid = cred.uid;
 		s->gid = cred.gid;
 		read_comm(cred.pid, s->comm);
+		shuntd_tenant_identify(d, s);
 		shunt_list_init(&s->holds);
 		shunt_map_init(&s->links);
 		if (shunt_map_put(&d->sessions, s->id, s) < 0 || shuntd_loop_watch(d, fd, s) < 0) {
@@ -74,8 +75,10 @@ void shuntd_session_accept(struct shuntd *d)
 			continue;
 		}
 		d->sessions_total++;
-		shunt_debug("session %llu: pid %d uid %u (%s)", (unsigned long long)s->id,
-			    (int)s->pid, (unsigned)s->uid, s->comm);
+		d->live_sessions++;
+		shunt_debug("session %llu: pid %d uid %u (%s), tenant %s", (unsigned long long)s->id,
+			    (int)s->pid, (unsigned)s->uid, s->comm,
+			    s->tenant ? s->tenant->name : "?");
 	}
 }
 
@@ -228,6 +231,7 @@ void shuntd_session_close(struct shuntd *d, struct session *s)
 	if (s->fd >= 0) {
 		shuntd_loop_unwatch(d, s->fd);
 		close(s->fd);
+		d->live_sessions--;
 	}
 	if (s->pidfd >= 0) {
 		shuntd_loop_unwatch(d, s->pidfd);

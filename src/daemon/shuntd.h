@@ -21,6 +21,7 @@
 
 #include "common/list.h"
 #include "common/map.h"
+#include "policy/policy.h"
 #include "shunt/circuit.h"
 #include "shunt/link.h"
 #include "shunt/proto.h"
@@ -30,6 +31,29 @@ struct shuntd_config {
 	uint32_t ring_size;
 	int idle_exit_ms;		/* exit after this long without sessions; <0: never */
 	mode_t socket_mode;
+	const char *config_path;	/* the policy file, or NULL for the built-in policy */
+	const char *metrics;		/* --metrics, else the policy file's, else none */
+};
+
+/* Why a connect was left to the kernel or refused, as counted and logged. */
+enum shuntd_fallback {
+	FALLBACK_NO_LISTENER,		/* nobody under shunt listens there */
+	FALLBACK_POLICY,		/* a rule (or the default) says kernel */
+	FALLBACK_REFUSED,		/* a rule (or the default) says refuse */
+	FALLBACK_LIMIT_CONNECTIONS,	/* a tenant's max_connections */
+	FALLBACK_LIMIT_MEMORY,		/* a tenant's max_memory */
+	FALLBACK_RESOURCES,		/* shuntd's own memory or descriptors */
+	FALLBACK_REASONS
+};
+
+/* What shuntd accounts per tenant (tenant.c). */
+struct tenant {
+	char name[SHUNT_NAME_MAX];
+	uint64_t ends;			/* circuit ends its processes hold */
+	uint64_t memory;		/* bytes of the circuits charged to it */
+	uint64_t circuits_total;
+	uint64_t fallbacks[FALLBACK_REASONS];
+	struct tenant *next;
 };
 
 struct shuntd {
@@ -44,14 +68,20 @@ struct shuntd {
 	size_t live_sessions;		/* connected sessions, for idle exit */
 	uint64_t circuits_total;
 	uint64_t sessions_total;
-	uint64_t kernel_fallbacks;
+	uint64_t fallbacks[FALLBACK_REASONS];
+	uint64_t bytes_closed;		/* bytes moved by circuits since destroyed */
+	struct shunt_policy *policy;	/* tenants, limits, rules */
+	struct tenant *tenants;		/* every tenant seen, for accounting */
+	int metrics_fd;			/* the metrics listener, or -1 */
 	bool stopping;
+	bool reload;			/* SIGHUP: read the policy file again */
 };
 
 /* What the event loop's tags point at: the first member of each watched object. */
 enum shuntd_watch_kind {
 	SHUNTD_WATCH_SESSION = 1,	/* input on a session's control socket */
 	SHUNTD_WATCH_TICKET,		/* a fork child that has not claimed its ticket exited */
+	SHUNTD_WATCH_METRICS,		/* a metrics client sent (part of) its request */
 };
 
 /*
@@ -67,6 +97,8 @@ struct session {
 	uid_t uid;
 	gid_t gid;
 	char comm[SHUNT_COMM_LEN];
+	struct shunt_facts facts;	/* checked by shuntd: uid, cgroup, network namespace */
+	struct tenant *tenant;		/* derived from the facts by the policy */
 	struct shunt_list holds;	/* struct hold.session_node */
 	struct shunt_map links;		/* partner session id -> struct link */
 	struct link *dlink;		/* shuntd's notices to this session */
@@ -120,6 +152,8 @@ struct circuit {
 	struct circuit_end end[2];
 	struct shunt_wire_addr local[2];	/* getsockname of each end, in its family */
 	struct shunt_wire_addr peer[2];		/* getpeername of each end */
+	struct tenant *charged[2];	/* whose connection each end counts as (tenant.c) */
+	struct tenant *payer;		/* whose memory the circuit counts as */
 	uint32_t isn[2];		/* companion sockets' initial sequence numbers */
 	bool companion;			/* the connector's socket was made ESTABLISHED */
 	uint64_t kino[2];		/* inode of each end's companion (companion.c) */
@@ -132,6 +166,7 @@ struct circuit {
 struct listener {
 	uint64_t id;
 	struct shunt_list holds;	/* struct hold.node: the processes holding it */
+	struct tenant *tenant;		/* of the process that registered it */
 	uint64_t netns;
 	struct shunt_wire_addr addr;	/* bound address; AF_INET6 may be v6only */
 	bool v6only;
@@ -151,6 +186,8 @@ int shuntd_loop_init(struct shuntd *d);
 int shuntd_loop_run(struct shuntd *d);
 int shuntd_loop_watch(struct shuntd *d, int fd, void *tag);
 void shuntd_loop_unwatch(struct shuntd *d, int fd);
+/* Watch the metrics listener (its clients are watched with their own tag). */
+int shuntd_loop_watch_metrics(struct shuntd *d, int fd);
 
 /* session.c */
 void shuntd_session_accept(struct shuntd *d);
@@ -257,6 +294,36 @@ void shuntd_close(struct shuntd *d, struct session *s, const struct shunt_msg_cl
 /* downgrade.c */
 void shuntd_downgrade(struct shuntd *d, struct session *s, const struct shunt_msg_downgrade *m,
 		      int fd);
+
+/* tenant.c: tenants, accounting, the policy's decisions */
+/* Load (or reload) the policy file; 0 or -errno (the old policy stays). */
+int shuntd_policy_load(struct shuntd *d);
+/* The facts and tenant of a new session. */
+void shuntd_tenant_identify(struct shuntd *d, struct session *s);
+struct tenant *shuntd_tenant_get(struct shuntd *d, const char *name);
+/*
+ * What to do with a connect from @s to listener @l at @dst: SHUNT_OK (a
+ * circuit, charged to the tenants), a SHUNT_KERNEL_* status, or
+ * -ECONNREFUSED. Counts and logs every fallback and refusal with its reason.
+ */
+int shuntd_tenant_admit(struct shuntd *d, struct session *s, const struct listener *l,
+			const struct shunt_wire_addr *dst);
+/* Count a fallback that happened for another reason (no listener, resources). */
+void shuntd_tenant_fallback(struct shuntd *d, struct session *s, enum shuntd_fallback why);
+/*
+ * Count end @end of @c as a connection of @t (the connector's tenant also
+ * pays for the circuit's memory); release it when the end is done, the
+ * memory when the circuit is freed.
+ */
+void shuntd_tenant_charge(struct circuit *c, unsigned end, struct tenant *t);
+void shuntd_tenant_release(struct circuit *c, unsigned end);
+void shuntd_tenant_free_memory(struct circuit *c);
+const char *shuntd_fallback_name(enum shuntd_fallback why);
+
+/* metrics.c: the Prometheus text format, over HTTP on loopback or a Unix socket */
+int shuntd_metrics_init(struct shuntd *d);
+void shuntd_metrics_accept(struct shuntd *d);
+void shuntd_metrics_input(struct shuntd *d, void *client);
 
 /* status.c */
 void shuntd_status(struct shuntd *d, struct session *s, const struct shunt_msg_status *m);

@@ -23,6 +23,8 @@ static void send_sessions(struct shuntd *d, struct session *to, uint32_t seq)
 		r.pid = s->pid;
 		r.uid = s->uid;
 		memcpy(r.comm, s->comm, sizeof(r.comm));
+		if (s->tenant)
+			memcpy(r.tenant, s->tenant->name, sizeof(r.tenant));
 		shuntd_session_reply(to, &r, NULL, 0);
 	}
 }
@@ -83,6 +85,12 @@ void shuntd_status(struct shuntd *d, struct session *s, const struct shunt_msg_s
 	shunt_proto_init(&end, SHUNT_MSG_STATUS_END, sizeof(end), m->h.seq);
 	end.circuits_total = d->circuits_total;
 	end.sessions_total = d->sessions_total;
-	end.kernel_fallbacks = d->kernel_fallbacks;
+	for (unsigned i = 0; i < FALLBACK_REASONS; i++)
+		if (i != FALLBACK_REFUSED)
+			end.kernel_fallbacks += d->fallbacks[i];
+	end.policy_kernel = d->fallbacks[FALLBACK_POLICY];
+	end.policy_refused = d->fallbacks[FALLBACK_REFUSED];
+	end.limit_fallbacks = d->fallbacks[FALLBACK_LIMIT_CONNECTIONS] +
+			      d->fallbacks[FALLBACK_LIMIT_MEMORY];
 	shuntd_session_reply(s, &end, NULL, 0);
 }

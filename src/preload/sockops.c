@@ -284,12 +284,34 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 		return 0;
 	}
 	r = shunt_ctl_connect(fd, &dst, nonblock ? SHUNT_CONNECT_NONBLOCK : 0, &g);
-	if (r != 0) {
-		if (r < 0 && r != -ENOTCONN) {
-			shunt_stats.fallback_error++;
-			shunt_info("connect on fd %d: shuntd says %s; using the kernel", fd,
-				   strerror(-r));
+	if (r == -ECONNREFUSED) {
+		/*
+		 * The policy refuses it: as a connection refused by the peer,
+		 * at once when blocking, through SO_ERROR when not.
+		 */
+		shunt_stats.policy_refused++;
+		shunt_info("connect on fd %d: refused by shuntd's policy", fd);
+		if (nonblock) {
+			atomic_store(&s->so_error, ECONNREFUSED);
+			shunt_epoll_sock_moved(s);
+			r = -EINPROGRESS;
 		}
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
+	if (r != 0) {
+		if (r == SHUNT_KERNEL_POLICY)
+			shunt_stats.fallback_policy++;
+		else if (r == SHUNT_KERNEL_LIMIT)
+			shunt_stats.fallback_limit++;
+		if (r != SHUNT_USE_KERNEL && r != -ENOTCONN)
+			shunt_info("connect on fd %d: shuntd says %s; using the kernel", fd,
+				   r == SHUNT_KERNEL_POLICY ? "the policy leaves it to the kernel" :
+				   r == SHUNT_KERNEL_LIMIT ? "a tenant's limit is reached" :
+				   r == SHUNT_KERNEL_RESOURCES ? "it is out of resources" :
+				   strerror(-r));
+		if (r < 0 && r != -ENOTCONN)
+			shunt_stats.fallback_error++;
 		pthread_mutex_unlock(&s->lock);
 		*next = CONNECT_KERNEL;
 		return 0;

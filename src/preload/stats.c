@@ -46,14 +46,18 @@ static void report(void)
 		     "{\"pid\":%d,\"shm_connect\":%llu,\"shm_accept\":%llu,"
 		     "\"kernel_connect\":%llu,\"kernel_accept\":%llu,"
 		     "\"shm_tx_bytes\":%llu,\"shm_rx_bytes\":%llu,"
-		     "\"fallback_nodaemon\":%llu,\"fallback_error\":%llu}\n",
+		     "\"fallback_nodaemon\":%llu,\"fallback_error\":%llu,"
+		     "\"fallback_policy\":%llu,\"fallback_limit\":%llu,\"policy_refused\":%llu}\n",
 		     (int)getpid(), (unsigned long long)shunt_stats.shm_connect,
 		     (unsigned long long)shunt_stats.shm_accept,
 		     (unsigned long long)shunt_stats.kernel_connect,
 		     (unsigned long long)shunt_stats.kernel_accept,
 		     (unsigned long long)tx, (unsigned long long)rx,
 		     (unsigned long long)shunt_stats.fallback_nodaemon,
-		     (unsigned long long)shunt_stats.fallback_error);
+		     (unsigned long long)shunt_stats.fallback_error,
+		     (unsigned long long)shunt_stats.fallback_policy,
+		     (unsigned long long)shunt_stats.fallback_limit,
+		     (unsigned long long)shunt_stats.policy_refused);
 	fd = (int)syscall(SYS_openat, AT_FDCWD, stats_path,
 			   O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)

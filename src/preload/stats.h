@@ -19,6 +19,9 @@ struct shunt_stats {
 	_Atomic uint64_t shm_rx_bytes;
 	_Atomic uint64_t fallback_nodaemon;	/* shuntd could not be reached */
 	_Atomic uint64_t fallback_error;	/* shuntd or the circuit failed */
+	_Atomic uint64_t fallback_policy;	/* the policy left the connect to the kernel */
+	_Atomic uint64_t fallback_limit;	/* a tenant's limit did */
+	_Atomic uint64_t policy_refused;	/* the policy refused the connect */
 	_Atomic int max_fd;			/* highest fd ever made a shunt socket */
 };
 
