@@ -14,6 +14,7 @@ struct shunt_cmd {
 int shunt_cmd_run(int argc, char **argv);
 int shunt_cmd_daemon(int argc, char **argv);
 int shunt_cmd_status(int argc, char **argv);
+int shunt_cmd_policy(int argc, char **argv);
 
 /*
  * Where things are. Each honours an environment override (SHUNT_LIB,

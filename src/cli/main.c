@@ -9,6 +9,7 @@ static const struct shunt_cmd cmds[] = {
 	{ "run", "run a program with its TCP sockets on shared memory", shunt_cmd_run },
 	{ "daemon", "run shuntd, the per-host daemon, in the foreground", shunt_cmd_daemon },
 	{ "status", "show connections, listeners and processes using shunt", shunt_cmd_status },
+	{ "policy", "explain which policy rule decides a connection", shunt_cmd_policy },
 };
 
 static void usage(FILE *f)

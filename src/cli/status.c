@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +155,63 @@ static void find_kernel(struct view *v)
 				v->kconns[i].peer_pid = v->kconns[j].pid;
 }
 
+/* --tenant, --pid, --transport: what to show (NULL / 0: everything). */
+struct filter {
+	const char *tenant;
+	int pid;
+	const char *transport;
+};
+
+static bool session_matches(const struct filter *f, const struct shunt_msg_status_session *s)
+{
+	char tenant[SHUNT_TENANT_LEN + 1] = { 0 };
+
+	if (!s)
+		return false;
+	memcpy(tenant, s->tenant, SHUNT_TENANT_LEN);
+	return (!f->tenant || !strcmp(f->tenant, tenant)) && (!f->pid || f->pid == s->pid);
+}
+
+static bool by_pid(const struct view *v, const struct filter *f, int pid)
+{
+	for (size_t i = 0; i < v->nsessions; i++)
+		if (v->sessions[i].pid == pid)
+			return session_matches(f, &v->sessions[i]);
+	return false;
+}
+
+/* Keep only what the filter asks for; sessions stay, for the labels. */
+static void apply_filter(struct view *v, const struct filter *f)
+{
+	size_t n = 0;
+
+	if (!f->tenant && !f->pid && !f->transport)
+		return;
+	for (size_t i = 0; i < v->nconns; i++) {
+		const struct shunt_msg_status_conn *c = &v->conns[i];
+
+		if ((!f->transport || !strcmp(f->transport, "shm")) &&
+		    (session_matches(f, session(v, c->session[0])) ||
+		     session_matches(f, session(v, c->session[1]))))
+			v->conns[n++] = *c;
+	}
+	v->nconns = n;
+	n = 0;
+	for (size_t i = 0; i < v->nkconns; i++) {
+		const struct kconn *k = &v->kconns[i];
+
+		if ((!f->transport || !strcmp(f->transport, "kernel")) &&
+		    (by_pid(v, f, k->pid) || (k->peer_pid && by_pid(v, f, k->peer_pid))))
+			v->kconns[n++] = *k;
+	}
+	v->nkconns = n;
+	n = 0;
+	for (size_t i = 0; i < v->nlisteners; i++)
+		if (session_matches(f, session(v, v->listeners[i].session)))
+			v->listeners[n++] = v->listeners[i];
+	v->nlisteners = n;
+}
+
 static const char *circuit_state(const struct shunt_msg_status_conn *c)
 {
 	uint32_t a = c->state[0], b = c->state[1];
@@ -236,10 +294,22 @@ static void print_text(struct view *v)
 		printf("%-22s %-30s %8u %8u\n", pa, shunt_addr_format(&l->addr, a, sizeof(a)),
 		       l->backlog, l->queued);
 	}
+	printf("\n%-22s %s\n", "PROCESS", "TENANT");
+	for (size_t i = 0; i < v->nsessions; i++) {
+		char tenant[SHUNT_TENANT_LEN + 1] = { 0 };
+
+		memcpy(tenant, v->sessions[i].tenant, SHUNT_TENANT_LEN);
+		proc_label(v, v->sessions[i].session, 0, pa, sizeof(pa));
+		printf("%-22s %s\n", pa, tenant);
+	}
 	printf("\n%zu processes, %zu shared-memory connections (%llu since start), "
-	       "%llu connects left to the kernel\n", v->nsessions, v->nconns,
+	       "%llu connects left to the kernel (%llu by policy, %llu by limits), "
+	       "%llu refused by policy\n", v->nsessions, v->nconns,
 	       (unsigned long long)v->end.circuits_total,
-	       (unsigned long long)v->end.kernel_fallbacks);
+	       (unsigned long long)v->end.kernel_fallbacks,
+	       (unsigned long long)v->end.policy_kernel,
+	       (unsigned long long)v->end.limit_fallbacks,
+	       (unsigned long long)v->end.policy_refused);
 }
 
 static void json_str(const char *s)
@@ -274,6 +344,11 @@ static void print_json(struct view *v)
 
 		memcpy(comm, v->sessions[i].comm, SHUNT_COMM_LEN);
 		json_str(comm);
+		char tenant[SHUNT_TENANT_LEN + 1] = { 0 };
+
+		memcpy(tenant, v->sessions[i].tenant, SHUNT_TENANT_LEN);
+		printf(",\"tenant\":");
+		json_str(tenant);
 		printf("}");
 	}
 	printf("],\"listeners\":[");
@@ -317,25 +392,37 @@ static void print_json(struct view *v)
 		       (unsigned long long)c->e.bytes_sent, (unsigned long long)c->e.bytes_received);
 	}
 	printf("],\"totals\":{\"circuits_total\":%llu,\"sessions_total\":%llu,"
-	       "\"kernel_fallbacks\":%llu}}\n",
+	       "\"kernel_fallbacks\":%llu,\"policy_kernel\":%llu,\"limit_fallbacks\":%llu,"
+	       "\"policy_refused\":%llu}}\n",
 	       (unsigned long long)v->end.circuits_total, (unsigned long long)v->end.sessions_total,
-	       (unsigned long long)v->end.kernel_fallbacks);
+	       (unsigned long long)v->end.kernel_fallbacks,
+	       (unsigned long long)v->end.policy_kernel,
+	       (unsigned long long)v->end.limit_fallbacks,
+	       (unsigned long long)v->end.policy_refused);
 }
+
+static const char status_usage[] =
+	"usage: shunt status [--json] [--socket PATH] [--tenant NAME] [--pid PID]\n"
+	"                    [--transport shm|kernel]\n";
 
 int shunt_cmd_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
 		{ "socket", required_argument, NULL, 's' },
+		{ "tenant", required_argument, NULL, 't' },
+		{ "pid", required_argument, NULL, 'p' },
+		{ "transport", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct view v = { 0 };
+	struct filter f = { 0 };
 	char path[4096];
 	int json = 0, c, r;
 
 	shunt_path_socket(path, sizeof(path));
-	while ((c = getopt_long(argc, argv, "js:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "js:t:p:T:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
 			json = 1;
@@ -343,14 +430,33 @@ int shunt_cmd_status(int argc, char **argv)
 		case 's':
 			snprintf(path, sizeof(path), "%s", optarg);
 			break;
+		case 't':
+			f.tenant = optarg;
+			break;
+		case 'p':
+			f.pid = atoi(optarg);
+			if (f.pid <= 0) {
+				fprintf(stderr, "shunt status: --pid %s: not a process id\n", optarg);
+				return 2;
+			}
+			break;
+		case 'T':
+			if (strcmp(optarg, "shm") && strcmp(optarg, "kernel")) {
+				fprintf(stderr, "shunt status: --transport %s: shm or kernel\n", optarg);
+				return 2;
+			}
+			f.transport = optarg;
+			break;
 		case 'h':
-			printf("usage: shunt status [--json] [--socket PATH]\n\n"
+			printf("%s\n"
 			       "Connections of the processes using shunt: shared-memory circuits\n"
 			       "(bytes each way as counted by the rings) and kernel TCP connections\n"
-			       "(bytes from the kernel's tcp_info), then listeners and totals.\n");
+			       "(bytes from the kernel's tcp_info), then listeners, processes with\n"
+			       "their tenants, and totals. The filters keep connections with an end\n"
+			       "in that tenant or process, or on that transport.\n", status_usage);
 			return 0;
 		default:
-			fprintf(stderr, "usage: shunt status [--json] [--socket PATH]\n");
+			fputs(status_usage, stderr);
 			return 2;
 		}
 	}
@@ -360,6 +466,7 @@ int shunt_cmd_status(int argc, char **argv)
 		return 1;
 	}
 	find_kernel(&v);
+	apply_filter(&v, &f);
 	if (json)
 		print_json(&v);
 	else
