@@ -104,6 +104,29 @@ static const struct shunt_msg_status_session *session(const struct view *v, uint
 	return NULL;
 }
 
+static bool same_endpoint(const struct shunt_wire_addr *a, const struct shunt_wire_addr *b)
+{
+	return a->family == b->family && a->port == b->port && shunt_addr_same_ip(a, b);
+}
+
+/*
+ * Whether kernel socket @e is the companion of a circuit: the kernel socket
+ * shuntd made ESTABLISHED (without packets) so that ports and ss tell the
+ * truth. It carries nothing while the circuit does; the circuit is the
+ * connection.
+ */
+static bool is_companion(const struct view *v, const struct tcp_entry *e)
+{
+	for (size_t i = 0; i < v->nconns; i++) {
+		const struct shunt_wire_addr *a = v->conns[i].addr;
+
+		for (int end = 0; end < 2; end++)
+			if (same_endpoint(&e->local, &a[end]) && same_endpoint(&e->remote, &a[!end]))
+				return true;
+	}
+	return false;
+}
+
 /* Kernel TCP connections held by the sessions' processes (same namespace only). */
 static void find_kernel(struct view *v)
 {
@@ -135,7 +158,8 @@ static void find_kernel(struct view *v)
 				continue;
 			for (size_t t = 0; t < ntcp; t++) {
 				/* Listeners and the idle kernel halves of circuits are not connections. */
-				if (tcp[t].inode != ino || tcp[t].state == 10 || tcp[t].state == 7)
+				if (tcp[t].inode != ino || tcp[t].state == 10 || tcp[t].state == 7 ||
+				    is_companion(v, &tcp[t]))
 					continue;
 				struct kconn k = { .pid = v->sessions[s].pid, .e = tcp[t] };
 
