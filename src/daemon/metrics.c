@@ -171,10 +171,11 @@ static void render(struct shuntd *d, struct out *o)
 	help(o, "shunt_circuits", "gauge", "Connections on shared memory (circuits) now.");
 	put(o, "shunt_circuits %llu\n", (unsigned long long)circuits);
 	help(o, "shunt_connections", "gauge",
-	     "Connection ends held now, by transport and tenant (kernel ones are not counted).");
+	     "Shared-memory connections open now, by tenant (one a tenant is an end of; "
+	     "kernel connections are counted when made, in shunt_connects_total).");
 	for (t = d->tenants; t; t = t->next)
 		put(o, "shunt_connections{transport=\"shm\",tenant=\"%s\"} %llu\n", t->name,
-		    (unsigned long long)t->ends);
+		    (unsigned long long)t->connections);
 	help(o, "shunt_memory_bytes", "gauge", "Shared memory of live circuits, by paying tenant.");
 	for (t = d->tenants; t; t = t->next)
 		put(o, "shunt_memory_bytes{tenant=\"%s\"} %llu\n", t->name,

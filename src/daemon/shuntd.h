@@ -49,7 +49,7 @@ enum shuntd_fallback {
 /* What shuntd accounts per tenant (tenant.c). */
 struct tenant {
 	char name[SHUNT_NAME_MAX];
-	uint64_t ends;			/* circuit ends its processes hold */
+	uint64_t connections;		/* circuits it is an end of (once, even both ends) */
 	uint64_t memory;		/* bytes of the circuits charged to it */
 	uint64_t circuits_total;
 	uint64_t fallbacks[FALLBACK_REASONS];

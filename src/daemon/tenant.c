@@ -98,7 +98,7 @@ static enum shuntd_fallback over_limit(struct shuntd *d, const struct tenant *t,
 
 	if (!def)
 		return FALLBACK_REASONS;
-	if (def->max_connections && t->ends + 1 > def->max_connections)
+	if (def->max_connections && t->connections + 1 > def->max_connections)
 		return FALLBACK_LIMIT_CONNECTIONS;
 	if (def->max_memory && memory && t->memory + memory > def->max_memory)
 		return FALLBACK_LIMIT_MEMORY;
@@ -146,7 +146,9 @@ void shuntd_tenant_charge(struct circuit *c, unsigned end, struct tenant *t)
 	if (!t || c->charged[end])
 		return;
 	c->charged[end] = t;
-	t->ends++;
+	/* A connection between two of its own processes is one connection. */
+	if (c->charged[!end] != t)
+		t->connections++;
 	/* The connector's tenant pays for the circuit's memory, until it is freed. */
 	if (end == SHUNT_END_CONNECTOR && !c->payer) {
 		c->payer = t;
@@ -157,9 +159,11 @@ void shuntd_tenant_charge(struct circuit *c, unsigned end, struct tenant *t)
 
 void shuntd_tenant_release(struct circuit *c, unsigned end)
 {
-	if (c->charged[end])
-		c->charged[end]->ends--;
+	struct tenant *t = c->charged[end];
+
 	c->charged[end] = NULL;
+	if (t && c->charged[!end] != t)
+		t->connections--;
 }
 
 void shuntd_tenant_free_memory(struct circuit *c)
