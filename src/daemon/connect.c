@@ -53,17 +53,14 @@ static void set_addresses(struct circuit *c, const struct shunt_wire_addr *clien
 }
 
 /*
- * The local address the kernel picks for a connection from a @family socket
- * to a local @dst: 127.0.0.1 (or ::1) for loopback and wildcard
- * destinations, the destination itself otherwise.
+ * The source address @src the kernel chose (shuntd_listener_match: the
+ * destination itself, loopback, or the connecting namespace's route's
+ * preferred source), as a @family socket reports it: v4-mapped on IPv6.
  */
-static struct shunt_wire_addr source_for(const struct shunt_wire_addr *dst, int family)
+static struct shunt_wire_addr source_for(const struct shunt_wire_addr *src_in, int family)
 {
-	struct shunt_wire_addr src = *dst;
+	struct shunt_wire_addr src = *src_in;
 
-	shunt_addr_unmap(&src);
-	if (shunt_addr_is_any(&src) || shunt_addr_is_loopback(&src))
-		shunt_addr_set_loopback(&src);
 	if (family == AF_INET6)
 		shunt_addr_map_v6(&src);
 	src.port = 0;
@@ -72,10 +69,10 @@ static struct shunt_wire_addr source_for(const struct shunt_wire_addr *dst, int 
 }
 
 /* Bind an unbound client socket as connect() would: source address, ephemeral port. */
-static int bind_client(int fd, const struct sock_facts *f, const struct shunt_wire_addr *dst,
+static int bind_client(int fd, const struct sock_facts *f, const struct shunt_wire_addr *from,
 		       struct shunt_wire_addr *local)
 {
-	struct shunt_wire_addr src = source_for(dst, f->domain);
+	struct shunt_wire_addr src = source_for(from, f->domain);
 	struct sockaddr_storage ss;
 	socklen_t len = shunt_addr_from_wire(&src, &ss);
 
@@ -87,10 +84,32 @@ static int bind_client(int fd, const struct sock_facts *f, const struct shunt_wi
 	return shunt_addr_to_wire((struct sockaddr *)&ss, len, local);
 }
 
+/*
+ * What the kernel's route lookup for this socket's connect would weigh
+ * besides the destination: its bound address, device and mark.
+ */
+static void route_hints(int fd, const struct sock_facts *f, struct shuntd_route_hints *h)
+{
+	socklen_t len = sizeof(h->oif);
+
+	memset(h, 0, sizeof(*h));
+	h->src = f->local;
+	shunt_addr_unmap(&h->src);
+	h->has_src = !shunt_addr_is_any(&h->src);
+	if (getsockopt(fd, SOL_SOCKET, SO_BINDTOIFINDEX, &h->oif, &len) < 0)
+		h->oif = 0;
+	len = sizeof(h->mark);
+	if (getsockopt(fd, SOL_SOCKET, SO_MARK, &h->mark, &len) < 0)
+		h->mark = 0;
+}
+
 void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_connect *m, int fd)
 {
+	struct shunt_wire_addr src;
+	struct shuntd_route_hints hints;
 	struct sock_facts f;
 	struct listener *l = NULL;
+	struct netns *ns = NULL;
 	struct circuit *c;
 	struct hold *h;
 	int r = shuntd_socket_facts(fd, &f);
@@ -101,16 +120,21 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		r = shunt_addr_check(&m->dst);
 	if (r == 0 && (m->dst.family != f.domain && f.domain != AF_INET6))
 		r = -EAFNOSUPPORT;
-	if (r == 0)
-		l = shuntd_listener_match(d, f.netns, &m->dst);
+	if (r == 0) {
+		/* The socket's namespace, which need not be its process's. */
+		ns = shuntd_netns_of_socket(d, fd, f.netns);
+		route_hints(fd, &f, &hints);
+		l = shuntd_listener_match(d, ns, f.netns, &m->dst, &hints, &src);
+		shuntd_netns_put(d, ns);
+	}
 	/* Bound only once a listener matched: remote connections keep the kernel's choice. */
-	if (l && !f.local.port && bind_client(fd, &f, &m->dst, &f.local) < 0)
+	if (l && !f.local.port && bind_client(fd, &f, &src, &f.local) < 0)
 		l = NULL;
 	/* Bound to a wildcard address, a socket still reports a real source once connected. */
 	if (l && shunt_addr_is_any(&f.local)) {
 		uint16_t port = f.local.port;
 
-		f.local = source_for(&m->dst, f.domain);
+		f.local = source_for(&src, f.domain);
 		f.local.port = port;
 	}
 	if (r < 0 || !l) {
@@ -144,9 +168,12 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	shuntd_tenant_charge(c, SHUNT_END_CONNECTOR, s->tenant);
 	atomic_store(&c->hdr->end[SHUNT_END_CONNECTOR].holders, 1);
 	set_addresses(c, &f.local, &m->dst, l);
-	/* Same namespace only: companions are made in shuntd's own. */
-	c->companion = f.netns == d->netns_self && shuntd_companion_seqs(c) == 0 &&
-		       shuntd_companion_connector(c, fd) == 0;
+	/*
+	 * Both ends in shuntd's own namespace only: companions are made there
+	 * (a connection between two namespaces has none; docs/containers.md).
+	 */
+	c->companion = f.netns == d->netns_self && l->netns == d->netns_self &&
+		       shuntd_companion_seqs(c) == 0 && shuntd_companion_connector(c, fd) == 0;
 	c->listener = l;
 	if (l->queued < l->max_queued) {
 		c->queue = CIRCUIT_ACCEPTQ;

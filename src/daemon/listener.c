@@ -2,16 +2,14 @@
 /*
  * The listener registry: shunt listening sockets keyed by network namespace,
  * address and port, matched against connect() the way the kernel matches a
- * SYN, each with its own accept queue of circuits and a backlog as large as
- * the kernel's.
+ * SYN (in the namespace the SYN would reach: netns.c), each with its own
+ * accept queue of circuits and a backlog as large as the kernel's.
  */
 #include <errno.h>
 #include <stdatomic.h>
-#include <ifaddrs.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
 
@@ -46,12 +44,16 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 {
 	struct sock_facts f;
 	struct listener *l;
+	struct netns *ns = NULL;
 	int r = shuntd_socket_facts(fd, &f);
 
-	/* We keep no reference: the port belongs to the process, not to us. */
-	close(fd);
 	if (r == 0 && !f.listening)
 		r = -EINVAL;
+	/* Its namespace's view: connects from other namespaces ask for its addresses. */
+	if (r == 0)
+		ns = shuntd_netns_of_socket(d, fd, f.netns);
+	/* We keep no reference to the socket: the port belongs to the process, not to us. */
+	close(fd);
 	if (r < 0) {
 		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, r);
 		return;
@@ -66,6 +68,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 		l->max_queued = f.max_backlog + 1;
 		shuntd_listener_admit(d, l);
 		reply_listen(s, m->h.seq, l->id, -1);
+		shuntd_netns_put(d, ns);
 		return;
 	}
 	/*
@@ -74,6 +77,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	 */
 	l = find_inode(d, f.netns, f.inode);
 	if (l) {
+		shuntd_netns_put(d, ns);
 		if (!shuntd_hold_find_listener(s, l) && !shuntd_hold_listener(l, s)) {
 			shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
 			return;
@@ -83,6 +87,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	}
 	l = calloc(1, sizeof(*l));
 	if (!l) {
+		shuntd_netns_put(d, ns);
 		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
 		return;
 	}
@@ -93,6 +98,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 		if (l->doorbell >= 0)
 			close(l->doorbell);
 		free(l);
+		shuntd_netns_put(d, ns);
 		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, r);
 		return;
 	}
@@ -102,10 +108,12 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 		shunt_map_del(&d->listeners, l->id);
 		close(l->doorbell);
 		free(l);
+		shuntd_netns_put(d, ns);
 		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
 		return;
 	}
 	l->netns = f.netns;
+	l->ns = ns;
 	l->addr = f.local;
 	l->v6only = f.v6only;
 	l->inode = f.inode;
@@ -172,47 +180,8 @@ void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
 	}
 	shunt_map_del(&d->listeners, l->id);
 	close(l->doorbell);
+	shuntd_netns_put(d, l->ns);
 	free(l);
-}
-
-/*
- * Whether @dst is an address of this host as seen from network namespace
- * @netns. Loopback always is; other addresses are checked against the
- * daemon's own namespace, refreshed at most once a second.
- */
-static bool is_local(struct shuntd *d, uint64_t netns, const struct shunt_wire_addr *dst)
-{
-	static struct shunt_wire_addr cache[64];
-	static unsigned ncache;
-	static time_t cached_at;
-	time_t now = time(NULL);
-
-	if (shunt_addr_is_loopback(dst))
-		return true;
-	if (netns != d->netns_self)
-		return false;
-	if (now != cached_at) {
-		struct ifaddrs *ifa, *i;
-
-		ncache = 0;
-		cached_at = now;
-		if (getifaddrs(&ifa) == 0) {
-			for (i = ifa; i && ncache < 64; i = i->ifa_next) {
-				if (!i->ifa_addr)
-					continue;
-				socklen_t len = i->ifa_addr->sa_family == AF_INET ?
-						sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
-
-				if (shunt_addr_to_wire(i->ifa_addr, len, &cache[ncache]) == 0)
-					ncache++;
-			}
-			freeifaddrs(ifa);
-		}
-	}
-	for (unsigned k = 0; k < ncache; k++)
-		if (shunt_addr_same_ip(&cache[k], dst))
-			return true;
-	return false;
 }
 
 /*
@@ -248,26 +217,18 @@ static int score(const struct listener *l, const struct shunt_wire_addr *dst)
 	return shunt_addr_same_ip(&la, dst) && la.scope_id == dst->scope_id ? 3 : -1;
 }
 
-struct listener *shuntd_listener_match(struct shuntd *d, uint64_t netns,
-				       const struct shunt_wire_addr *dst_in)
+/* The best listener for @dst in namespace @netns, or NULL. */
+static struct listener *best_in(struct shuntd *d, uint64_t netns, const struct shunt_wire_addr *dst)
 {
-	struct shunt_wire_addr dst = *dst_in;
 	struct listener *best = NULL, *l;
 	int best_score = -1;
 	uint64_t key;
 	size_t it = 0;
 
-	/* An IPv6 socket connecting to ::ffff:a.b.c.d makes an IPv4 connection. */
-	shunt_addr_unmap(&dst);
-	/* connect() to the wildcard address reaches the local host. */
-	if (shunt_addr_is_any(&dst))
-		shunt_addr_set_loopback(&dst);
-	if (!is_local(d, netns, &dst))
-		return NULL;
 	while ((l = shunt_map_next(&d->listeners, &it, &key))) {
 		if (l->netns != netns)
 			continue;
-		int sc = score(l, &dst);
+		int sc = score(l, dst);
 
 		if (sc > best_score) {
 			best_score = sc;
@@ -275,6 +236,57 @@ struct listener *shuntd_listener_match(struct shuntd *d, uint64_t netns,
 		}
 	}
 	return best;
+}
+
+/* Whether some listener outside @netns could take @dst (before asking the kernel the way). */
+static bool listened_elsewhere(struct shuntd *d, uint64_t netns, const struct shunt_wire_addr *dst)
+{
+	struct listener *l;
+	uint64_t key;
+	size_t it = 0;
+
+	while ((l = shunt_map_next(&d->listeners, &it, &key)))
+		if (l->netns != netns && score(l, dst) >= 0)
+			return true;
+	return false;
+}
+
+struct listener *shuntd_listener_match(struct shuntd *d, struct netns *from, uint64_t netns,
+				       const struct shunt_wire_addr *dst_in,
+				       const struct shuntd_route_hints *h,
+				       struct shunt_wire_addr *src)
+{
+	struct shunt_wire_addr dst = *dst_in;
+	struct netns *to;
+
+	/* An IPv6 socket connecting to ::ffff:a.b.c.d makes an IPv4 connection. */
+	shunt_addr_unmap(&dst);
+	/* connect() to the wildcard address reaches the local host. */
+	if (shunt_addr_is_any(&dst))
+		shunt_addr_set_loopback(&dst);
+	dst.flowinfo = 0;
+	/*
+	 * An address of the connecting namespace (loopback always is) is
+	 * delivered there, whoever listens elsewhere on it; the kernel then
+	 * takes the destination itself as the source (127.0.0.1 or ::1 for
+	 * any loopback one).
+	 */
+	if (shunt_addr_is_loopback(&dst) || shuntd_netns_is_local(d, from, &dst)) {
+		*src = dst;
+		src->port = 0;
+		if (shunt_addr_is_loopback(&dst))
+			shunt_addr_set_loopback(src);
+		return best_in(d, netns, &dst);
+	}
+	/* Another namespace's, if its address is the one the kernel's packets would reach. */
+	if (!listened_elsewhere(d, netns, &dst))
+		return NULL;
+	to = shuntd_netns_reach(d, from, &dst, h, src);
+	if (!to)
+		return NULL;
+	src->port = 0;
+	src->scope_id = dst.scope_id;
+	return best_in(d, to->inode, &dst);
 }
 
 void shuntd_listener_admit(struct shuntd *d, struct listener *l)

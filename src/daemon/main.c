@@ -251,6 +251,8 @@ int main(int argc, char **argv)
 	shunt_map_init(&d.sessions);
 	shunt_map_init(&d.listeners);
 	shunt_map_init(&d.circuits);
+	if (shuntd_netns_init(&d) < 0)
+		return 1;
 	if (open_control_socket(&d) < 0)
 		return 1;
 	if (shuntd_loop_init(&d) < 0 || shuntd_metrics_init(&d) < 0) {

@@ -66,10 +66,13 @@ void shuntd_session_accept(struct shuntd *d)
 		s->gid = cred.gid;
 		read_comm(cred.pid, s->comm);
 		shuntd_tenant_identify(d, s);
+		/* Its namespace's view lives while it does: connects from there reuse it. */
+		s->ns = shuntd_netns_of_pid(d, cred.pid);
 		shunt_list_init(&s->holds);
 		shunt_map_init(&s->links);
 		if (shunt_map_put(&d->sessions, s->id, s) < 0 || shuntd_loop_watch(d, fd, s) < 0) {
 			shunt_map_del(&d->sessions, s->id);
+			shuntd_netns_put(d, s->ns);
 			close(fd);
 			free(s);
 			continue;
@@ -243,5 +246,6 @@ void shuntd_session_close(struct shuntd *d, struct session *s)
 		shuntd_hold_release(d, shunt_container_of(pos, struct hold, session_node), true);
 	/* Links last: releasing the ends above may still have needed them to wake peers. */
 	shuntd_link_session_gone(d, s);
+	shuntd_netns_put(d, s->ns);
 	free(s);
 }

@@ -62,6 +62,8 @@ struct shuntd {
 	int listen_fd;			/* the control socket */
 	uint64_t next_id;
 	uint64_t netns_self;		/* inode of the daemon's own network namespace */
+	int netns_self_fd;		/* that namespace, to return to after making a socket elsewhere */
+	struct shunt_map netns;		/* inode -> struct netns: the namespaces clients live in */
 	struct shunt_map sessions;	/* id -> struct session (tickets too) */
 	struct shunt_map listeners;	/* id -> struct listener */
 	struct shunt_map circuits;	/* id -> struct circuit */
@@ -99,6 +101,7 @@ struct session {
 	char comm[SHUNT_COMM_LEN];
 	struct shunt_facts facts;	/* checked by shuntd: uid, cgroup, network namespace */
 	struct tenant *tenant;		/* derived from the facts by the policy */
+	struct netns *ns;		/* a reference to its network namespace's view, or NULL */
 	struct shunt_list holds;	/* struct hold.session_node */
 	struct shunt_map links;		/* partner session id -> struct link */
 	struct link *dlink;		/* shuntd's notices to this session */
@@ -168,6 +171,7 @@ struct listener {
 	struct shunt_list holds;	/* struct hold.node: the processes holding it */
 	struct tenant *tenant;		/* of the process that registered it */
 	uint64_t netns;
+	struct netns *ns;		/* a reference to that namespace's view, or NULL */
 	struct shunt_wire_addr addr;	/* bound address; AF_INET6 may be v6only */
 	bool v6only;
 	uint64_t inode;			/* of the listening socket, to detect reuse */
@@ -176,6 +180,39 @@ struct listener {
 	struct shunt_list acceptq;
 	struct shunt_list synq;
 	int doorbell;			/* EFD_SEMAPHORE: value == queued */
+};
+
+struct mnl_socket;
+
+/* A local address of a network namespace, and the interface it is on. */
+struct netns_addr {
+	struct shunt_wire_addr ip;	/* port 0 */
+	uint32_t ifindex;
+};
+
+/*
+ * shuntd's view of one network namespace (netns.c): held by the sessions
+ * of processes in it and by listeners whose sockets are in it, freed with
+ * the last reference (which lets the namespace go, if nothing else holds it).
+ */
+struct netns {
+	uint64_t inode;			/* the key: the namespace's inode */
+	int fd;				/* the namespace (for setns and NETNSA_FD) */
+	unsigned refs;
+	struct mnl_socket *nl;		/* rtnetlink, made inside it; NULL without privilege */
+	uint32_t seq;			/* of the last request on nl */
+	struct netns_addr *addrs;	/* its local addresses... */
+	size_t naddrs;
+	int64_t addrs_at;		/* ...as read then (CLOCK_MONOTONIC, ms; a failed read: none) */
+	bool addrs_read;
+};
+
+/* What the kernel's route lookup for a connect would consider beyond the destination. */
+struct shuntd_route_hints {
+	struct shunt_wire_addr src;	/* the socket's bound address and port (port may be 0)... */
+	bool has_src;			/* ...if it is bound to a specific address */
+	uint32_t oif;			/* SO_BINDTOIFINDEX, or 0 */
+	uint32_t mark;			/* SO_MARK */
 };
 
 /* main.c */
@@ -232,12 +269,49 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 void shuntd_listener_unregister(struct shuntd *d, struct session *s,
 				 const struct shunt_msg_unlisten *m);
 void shuntd_listener_destroy(struct shuntd *d, struct listener *l);
-struct listener *shuntd_listener_match(struct shuntd *d, uint64_t netns,
-				       const struct shunt_wire_addr *dst);
+/*
+ * The listener a connect from namespace @netns (whose view is @from, NULL
+ * if unknown) to @dst reaches, as the kernel's SYN would, or NULL. On a
+ * match @src is the source address the kernel would choose (port 0, in the
+ * destination's family, unmapped).
+ */
+struct listener *shuntd_listener_match(struct shuntd *d, struct netns *from, uint64_t netns,
+				       const struct shunt_wire_addr *dst,
+				       const struct shuntd_route_hints *h,
+				       struct shunt_wire_addr *src);
 /* Move circuits from the SYN queue into free accept-queue room. */
 void shuntd_listener_admit(struct shuntd *d, struct listener *l);
 /* A session holding @l, for the status display (NULL if none). */
 struct session *shuntd_listener_holder(struct listener *l);
+
+/* netns.c: network namespaces, their addresses, and which one a connect reaches */
+int shuntd_netns_init(struct shuntd *d);
+/*
+ * A reference to the view of namespace @nsfd (borrowed; duplicated when a
+ * view is made), made if need be; NULL if out of memory or @nsfd is not a
+ * namespace. A view without an rtnetlink socket (shuntd lacks
+ * CAP_SYS_ADMIN over that namespace) knows no addresses.
+ */
+struct netns *shuntd_netns_get(struct shuntd *d, int nsfd);
+/* The same for the namespace of process @pid, or of socket @fd (found by @inode if known). */
+struct netns *shuntd_netns_of_pid(struct shuntd *d, pid_t pid);
+struct netns *shuntd_netns_of_socket(struct shuntd *d, int fd, uint64_t inode);
+/* Drop a reference (NULL is fine). */
+void shuntd_netns_put(struct shuntd *d, struct netns *ns);
+/* Whether @ip (unmapped) is an address of @ns (its list is at most a second old). */
+bool shuntd_netns_is_local(struct shuntd *d, struct netns *ns, const struct shunt_wire_addr *ip);
+/*
+ * The other namespace a connection from @from to @dst (unmapped, not local
+ * in @from) reaches on this host: on-link through a veth pair or a bridge,
+ * the one namespace that answers for @dst there, which must be one we have
+ * a view of; or NULL (a gateway, another kind of link, no route, several
+ * namespaces answering, anything we cannot tell). @src gets the source
+ * address @from's route lookup chose. May return @from itself when the
+ * route says @dst is local after all. Blocks on rtnetlink round trips.
+ */
+struct netns *shuntd_netns_reach(struct shuntd *d, struct netns *from,
+				 const struct shunt_wire_addr *dst,
+				 const struct shuntd_route_hints *h, struct shunt_wire_addr *src);
 
 /* circuit.c */
 struct circuit *shuntd_circuit_create(struct shuntd *d, uint32_t ring_size);
