@@ -61,6 +61,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	if (m->listener) {
 		l = shunt_map_get(&d->listeners, m->listener);
 		if (!l || !shuntd_hold_find_listener(s, l) || l->inode != f.inode) {
+			shuntd_netns_put(d, ns);	/* no listener keeps the view */
 			shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOENT);
 			return;
 		}
