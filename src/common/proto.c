@@ -149,6 +149,14 @@ ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flag
 	}
 	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
 		r = -EPROTO;
+	/*
+	 * An empty record reads like the end of the stream, but the end of the
+	 * stream carries no descriptors: one that does is a malformed message,
+	 * and its descriptors must be closed like any other's (returning 0
+	 * would hand them to a caller that is about to drop the session).
+	 */
+	if (r == 0 && n)
+		r = -EPROTO;
 	if (r < 0) {
 		shunt_proto_close_fds(fds, n);
 		n = 0;

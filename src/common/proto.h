@@ -25,8 +25,9 @@ int shunt_proto_send(int sock, const void *msg, const int *fds, unsigned nfds);
  * Receive one message into @buf (SHUNT_MSG_MAX bytes) and its descriptors
  * into @fds (SHUNT_MSG_MAX_FDS slots, received close-on-exec). Retries EINTR
  * unless @flags has MSG_DONTWAIT. Returns the length (0 at end of stream) or
- * -errno; a truncated record or descriptor list is -EPROTO with every
- * received descriptor closed. The message is not yet checked.
+ * -errno; a truncated record or descriptor list, or an empty record with
+ * descriptors, is -EPROTO with every received descriptor closed. The
+ * message is not yet checked.
  */
 ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flags);
 

@@ -133,6 +133,45 @@ static void t_too_many_descriptors_refused(void **state)
 	close(sv[1]);
 }
 
+/*
+ * Regression (found by tests/fuzz/fuzz_proto): an empty record carrying a
+ * descriptor was returned as the end of the stream, so shuntd dropped the
+ * session and never closed the descriptor: any client could leak shuntd's
+ * descriptors, one record at a time.
+ */
+static void t_empty_record_with_descriptors_refused(void **state)
+{
+	int sv[2], fds[SHUNT_MSG_MAX_FDS], one = dup(0), probe;
+	_Alignas(8) char buf[SHUNT_MSG_MAX];
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = { .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	unsigned n = 99;
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &one, sizeof(int));
+	assert_int_equal(sendmsg(sv[0], &mh, 0), 0);
+	close(one);
+	/* Not the end of the stream: refused, and the descriptor closed. */
+	assert_int_equal(shunt_proto_recv(sv[1], buf, fds, &n, 0), -EPROTO);
+	assert_int_equal(n, 0);
+	probe = dup(0);
+	assert_int_equal(probe, one);	/* the lowest free number again: nothing leaked */
+	close(probe);
+	/* The end of the stream still reads as 0. */
+	close(sv[0]);
+	assert_int_equal(shunt_proto_recv(sv[1], buf, fds, &n, 0), 0);
+	assert_int_equal(n, 0);
+	close(sv[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -141,6 +180,7 @@ int main(void)
 		cmocka_unit_test(t_error_reply_is_bare_header),
 		cmocka_unit_test(t_descriptors_travel_with_the_message),
 		cmocka_unit_test(t_too_many_descriptors_refused),
+		cmocka_unit_test(t_empty_record_with_descriptors_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
