@@ -110,11 +110,16 @@ static unsigned fds_expected(uint16_t type)
 	       type == SHUNT_MSG_DOWNGRADE;
 }
 
-/* Whether a malformed request of this type is answered (a CLOSE only sometimes is: never). */
+/*
+ * Whether a malformed request of this type is answered: only a request
+ * that has a reply type (a CLOSE only sometimes is: never). The status
+ * records shuntd sends have none: an "error reply" to one would itself be
+ * malformed, refused by the client's shunt_proto_check.
+ */
 static bool has_reply(uint16_t type)
 {
-	return type != SHUNT_MSG_UNLISTEN && type != SHUNT_MSG_CLOSE && type != SHUNT_MSG_STATUS &&
-	       type != SHUNT_MSG_FORK_DONE;
+	return !(type & SHUNT_MSG_REPLY) && type != SHUNT_MSG_CLOSE &&
+	       shunt_proto_size(type | SHUNT_MSG_REPLY) != 0;
 }
 
 static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m)
