@@ -264,16 +264,22 @@ static bool parse_ports(const char *s, struct shunt_rule *r)
 static bool enter(struct parse *ps, const char *section)
 {
 	const char *name = strchr(section, ' ');
+	char canon[sizeof(ps->seen[0])];
 
 	snprintf(ps->section, sizeof(ps->section), "%s", section);
 	ps->nkeys = 0;
-	for (unsigned i = 0; i < ps->nseen; i++)
-		if (!strcmp(ps->seen[i], section))
-			return fail(ps, "section [%s] appears twice", section);
-	if (ps->nseen < sizeof(ps->seen) / sizeof(ps->seen[0]))
-		snprintf(ps->seen[ps->nseen++], sizeof(ps->seen[0]), "%s", section);
 	while (name && *name == ' ')
 		name++;
+	/* [tenant  a] is [tenant a]: compared by kind and name, however spaced. */
+	if (name)
+		snprintf(canon, sizeof(canon), "%.*s %s", (int)strcspn(section, " "), section, name);
+	else
+		snprintf(canon, sizeof(canon), "%s", section);
+	for (unsigned i = 0; i < ps->nseen; i++)
+		if (!strcmp(ps->seen[i], canon))
+			return fail(ps, "section [%s] appears twice", canon);
+	if (ps->nseen < sizeof(ps->seen) / sizeof(ps->seen[0]))
+		snprintf(ps->seen[ps->nseen++], sizeof(ps->seen[0]), "%s", canon);
 	if (!strcmp(section, "policy")) {
 		ps->kind = SEC_POLICY;
 	} else if (!strcmp(section, "daemon")) {

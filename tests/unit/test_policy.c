@@ -159,6 +159,9 @@ static void t_bad_configs_refused(void **state)
 		"[rule r]\nfrom = nobody\naction = allow\n",
 		"[rule r]\nport = 80\n",
 		"[rule r]\naction = allow\n[rule r]\naction = kernel\n",
+		/* Regression (tests/fuzz/fuzz_policy): the same section, spaced otherwise. */
+		"[rule r]\naction = allow\n[rule  r]\naction = kernel\n",
+		"[tenant t]\nuid = 1\n[tenant   t]\nuid = 2\n",
 		"[tenant t]\ncolour = blue\n",
 		"[somewhere]\nx = 1\n",
 		"key = value\n",
