@@ -78,6 +78,9 @@ struct parse {
 	unsigned nseen;
 	char keys[16][24];		/* keys given in the current section */
 	unsigned nkeys;
+	FILE *file;
+	int line;			/* of the file, the one inih parses now */
+	int err_line;			/* where the first error is, 0 if none yet */
 	char *err;
 	size_t errlen;
 };
@@ -112,9 +115,17 @@ static bool each_item(struct parse *ps, const char *value,
 	return true;
 }
 
+/*
+ * Note an error on the current line. inih goes on parsing after an error
+ * and reports the first one's line: only the first message is kept, so
+ * that it is the one printed with that line.
+ */
 static bool fail(struct parse *ps, const char *fmt, const char *what)
 {
-	snprintf(ps->err, ps->errlen, fmt, what);
+	if (!ps->err_line) {
+		snprintf(ps->err, ps->errlen, fmt, what);
+		ps->err_line = ps->line;
+	}
 	return false;
 }
 
@@ -385,6 +396,39 @@ static int handler(void *user, const char *section, const char *key, const char 
 	return ok;
 }
 
+/*
+ * inih's reader: one line of the file, counted, so that errors name the
+ * line they are on. Read byte by byte, not with fgets: a NUL in a line must
+ * not hide where it ends. A line longer than inih takes is an error (inih
+ * would read the rest of it as another line), not silently cut.
+ */
+static char *read_line(char *buf, int size, void *user)
+{
+	struct parse *ps = user;
+	bool cut = false;
+	int c, n = 0;
+
+	while ((c = getc(ps->file)) != EOF) {
+		if (n < size - 1)
+			buf[n++] = (char)c;
+		else if (c != '\n')
+			cut = true;
+		if (c == '\n')
+			break;
+	}
+	if (!n)
+		return NULL;
+	buf[n] = 0;
+	ps->line++;
+	if (cut) {
+		char max[16];
+
+		snprintf(max, sizeof(max), "%d", size - 1);
+		fail(ps, "line longer than %s characters", max);
+	}
+	return buf;
+}
+
 int shunt_policy_load(const char *path, struct shunt_policy *p, char *err, size_t errlen)
 {
 	struct parse *ps = calloc(1, sizeof(*ps));
@@ -399,14 +443,27 @@ int shunt_policy_load(const char *path, struct shunt_policy *p, char *err, size_
 	ps->p = p;
 	ps->err = msg;
 	ps->errlen = sizeof(msg);
-	line = ini_parse(path, handler, ps);
-	if (line < 0) {
-		snprintf(err, errlen, "%s: cannot read it: %s", path, strerror(errno ? errno : ENOENT));
+	ps->file = fopen(path, "re");
+	if (!ps->file) {
+		int e = errno;
+
+		snprintf(err, errlen, "%s: cannot read it: %s", path, strerror(e));
 		free(ps);
-		return -ENOENT;
+		return -e;
 	}
-	if (line > 0) {
-		snprintf(err, errlen, "%s:%d: %s", path, line, msg[0] ? msg : "not key = value");
+	line = ini_parse_stream(read_line, ps, handler, ps);
+	fclose(ps->file);
+	if (line < 0) {
+		snprintf(err, errlen, "%s: out of memory", path);
+		free(ps);
+		return -ENOMEM;
+	}
+	/* inih reports the first bad line; the message is ours if the error was. */
+	if (line > 0 || ps->err_line) {
+		if (ps->err_line && (!line || ps->err_line <= line))
+			snprintf(err, errlen, "%s:%d: %s", path, ps->err_line, msg);
+		else
+			snprintf(err, errlen, "%s:%d: not a [section] or a key = value line", path, line);
 		free(ps);
 		return -EINVAL;
 	}

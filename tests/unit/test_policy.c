@@ -181,6 +181,38 @@ static void t_bad_configs_refused(void **state)
 			 -ENOENT);
 }
 
+/*
+ * Regression (found by tests/fuzz/fuzz_policy): inih goes on after an
+ * error and reports the first one's line, but the message printed with it
+ * was the last error's, from another line.
+ */
+static void t_error_names_first_bad_line(void **state)
+{
+	static const struct { const char *text, *err; } cases[] = {
+		{ "[policy]\nbogus = 1\n[daemon]\nnope = 2\n", ":2: [policy]: unknown key bogus" },
+		{ "[policy]\ngarbage\n[tenant t]\nuid = x\n", ":2: not a [section] or a key = value" },
+		{ "[tenant t]\nuid = x\n[rule r\n", ":2: uid x is not a user id" },
+		/* A section is judged at its first key: inih calls us per key. */
+		{ "[rule r]\naction = allow\n\n[rule  r]\naction = kernel\n",
+		  ":5: section [rule r] appears twice" },
+	};
+	struct shunt_policy p;
+	char err[256], text[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(load(cases[i].text, &p, err), -EINVAL);
+		if (!strstr(err, cases[i].err))
+			fail_msg("%s: wanted ...%s...", err, cases[i].err);
+	}
+	/* A line longer than the parser takes is an error, not cut into two lines. */
+	snprintf(text, sizeof(text), "[tenant t]\ncgroup = /%0300d\n", 0);
+	assert_int_equal(load(text, &p, err), -EINVAL);
+	assert_non_null(strstr(err, ":2: line longer than"));
+	snprintf(text, sizeof(text), "[tenant t]\ncgroup = /%0100d\nuid = 1\n", 0);
+	assert_int_equal(load(text, &p, err), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -189,6 +221,7 @@ int main(void)
 		cmocka_unit_test(t_first_match_wins),
 		cmocka_unit_test(t_default_same_tenant),
 		cmocka_unit_test(t_bad_configs_refused),
+		cmocka_unit_test(t_error_names_first_bad_line),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
