@@ -212,6 +212,8 @@ static bool parse_action(const char *s, enum shunt_action *a, bool allow_same)
 	return true;
 }
 
+static const uint8_t v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
 /* "10.0.0.0/8", "::1", "*". */
 static bool parse_prefix(const char *s, struct shunt_rule *r)
 {
@@ -242,6 +244,18 @@ static bool parse_prefix(const char *s, struct shunt_rule *r)
 		if (!parse_u64(slash, &len, false) || len > max)
 			return false;
 		r->prefix_len = (unsigned)len;
+	}
+	/*
+	 * A v4-mapped prefix (::ffff:10.0.0.0/104) names IPv4 addresses, and a
+	 * connection to one is matched as IPv4 (prefix_has unmaps it): keep it
+	 * as the IPv4 prefix it is, or it would never match anything (found by
+	 * tests/fuzz/fuzz_policy).
+	 */
+	if (r->family == AF_INET6 && r->prefix_len >= 96 && !memcmp(r->prefix, v4mapped, 12)) {
+		memmove(r->prefix, r->prefix + 12, 4);
+		memset(r->prefix + 4, 0, 12);
+		r->family = AF_INET;
+		r->prefix_len -= 96;
 	}
 	return true;
 }

@@ -213,6 +213,29 @@ static void t_error_names_first_bad_line(void **state)
 	assert_int_equal(load(text, &p, err), 0);
 }
 
+/*
+ * Regression (found by tests/fuzz/fuzz_policy): a v4-mapped dst prefix
+ * stayed IPv6, while connections to v4-mapped addresses are matched as
+ * IPv4: the rule never matched anything.
+ */
+static void t_v4mapped_prefix_matches_ipv4(void **state)
+{
+	struct shunt_policy p;
+	const struct shunt_rule *rule;
+	struct shunt_wire_addr in = addr("10.1.2.3", 80), mapped = addr("::ffff:10.1.2.3", 80);
+	char err[256];
+
+	(void)state;
+	assert_int_equal(load("[policy]\ndefault = kernel\n"
+			      "[rule mapped]\ndst = ::ffff:10.0.0.0/104\naction = allow\n", &p, err), 0);
+	assert_int_equal(p.rules[0].family, AF_INET);
+	assert_int_equal(p.rules[0].prefix_len, 8);
+	assert_int_equal(shunt_policy_decide(&p, "a", "b", &in, &rule), SHUNT_ACTION_ALLOW);
+	assert_int_equal(shunt_policy_decide(&p, "a", "b", &mapped, &rule), SHUNT_ACTION_ALLOW);
+	in = addr("11.1.2.3", 80);
+	assert_int_equal(shunt_policy_decide(&p, "a", "b", &in, &rule), SHUNT_ACTION_KERNEL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -222,6 +245,7 @@ int main(void)
 		cmocka_unit_test(t_default_same_tenant),
 		cmocka_unit_test(t_bad_configs_refused),
 		cmocka_unit_test(t_error_names_first_bad_line),
+		cmocka_unit_test(t_v4mapped_prefix_matches_ipv4),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
