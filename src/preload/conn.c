@@ -245,27 +245,53 @@ static bool peer_gone(uint32_t ps)
 }
 
 /*
+ * How long a call waits for a holders' lock before it looks around. A lock
+ * is held only while bytes are copied; one held this long belongs to a
+ * holder that stopped, or is a word the peer wrote (the locks live in the
+ * circuit, where the peer can write too), whose owner may never let go.
+ */
+enum { LOCK_PATIENCE_US = 100 * 1000 };
+
+/* Whether the call's timeout has passed (never, without one). */
+static bool timed_out(struct shunt_timer *t)
+{
+	int64_t deadline = shunt_timer_deadline(t);
+
+	return deadline && shunt_now_ns() >= deadline;
+}
+
+/*
  * The holders' locks (common/lock.h). Taking one re-reads our index, which
  * another process holding the socket may have moved. A lock that cannot be
- * had before the call's deadline makes the call time out.
+ * had makes the call say EAGAIN once its deadline is past, or after
+ * LOCK_PATIENCE_US for a non-blocking call, which must not wait long; and
+ * ECONNRESET when the peer is gone, since then nobody may ever release it.
  */
-static int ring_lock(_Atomic uint32_t *w, struct shunt_ring *ring, int producer,
-		     struct shunt_timer *t)
+static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_ring *ring,
+		     int producer, struct shunt_timer *t, bool nonblock)
 {
 	bool other;
 
-	if (!shunt_lock_try(w, shunt_pid, &other) &&
-	    shunt_lock_wait(w, shunt_pid, shunt_timer_deadline(t), &other))
-		return -EAGAIN;
+	while (!shunt_lock_try(w, shunt_pid, &other)) {
+		int64_t deadline = shunt_timer_deadline(t), soon = shunt_deadline(LOCK_PATIENCE_US);
+
+		if (!shunt_lock_wait(w, shunt_pid, deadline && deadline < soon ? deadline : soon,
+				     &other))
+			break;
+		if (peer_gone(atomic_load_explicit(&c->peer->state, memory_order_acquire)))
+			return -ECONNRESET;
+		if (nonblock || timed_out(t))
+			return -EAGAIN;
+	}
 	/* Another process held it since we did: our copy of the index may be stale. */
 	if (other)
 		shunt_ring_resync(ring, producer);
 	return 0;
 }
 
-static int tx_lock(struct shunt_conn *c, struct shunt_timer *t)
+static int tx_lock(struct shunt_conn *c, struct shunt_timer *t, bool nonblock)
 {
-	return ring_lock(&c->me->tx_lock, &c->tx, 1, t);
+	return ring_lock(c, &c->me->tx_lock, &c->tx, 1, t, nonblock);
 }
 
 static void tx_unlock(struct shunt_conn *c)
@@ -273,9 +299,9 @@ static void tx_unlock(struct shunt_conn *c)
 	shunt_unlock(&c->me->tx_lock, shunt_pid);
 }
 
-static int rx_lock(struct shunt_conn *c, struct shunt_timer *t)
+static int rx_lock(struct shunt_conn *c, struct shunt_timer *t, bool nonblock)
 {
-	return ring_lock(&c->me->rx_lock, &c->rx, 0, t);
+	return ring_lock(c, &c->me->rx_lock, &c->rx, 0, t, nonblock);
 }
 
 static void rx_unlock(struct shunt_conn *c)
@@ -445,7 +471,7 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 	if (total < 0)
 		return total;
 	cursor_init(&cur, iov, iovcnt);
-	r = tx_lock(c, &timer);
+	r = tx_lock(c, &timer, nonblock);
 	if (r)
 		return r;
 	for (;;) {
@@ -497,7 +523,7 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;
 		if (!r)
-			r = tx_lock(c, &timer);
+			r = tx_lock(c, &timer, false);
 		if (r)
 			goto unlocked;
 	}
@@ -566,7 +592,7 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 	if (target > (size_t)total)
 		target = (size_t)total;
 	cursor_init(&cur, iov, iovcnt);
-	r = rx_lock(c, &timer);
+	r = rx_lock(c, &timer, nonblock);
 	if (r)
 		return r;
 	for (;;) {
@@ -634,7 +660,7 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;
 		if (!r)
-			r = rx_lock(c, &timer);
+			r = rx_lock(c, &timer, false);
 		if (r) {
 			r = copied ? 0 : r;
 			goto unlocked;
