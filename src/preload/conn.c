@@ -509,7 +509,8 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			break;
 		if (n)
 			continue;	/* the next chunk may fit already */
-		if (nonblock)
+		/* Also when woken over and over without room: the time is up. */
+		if (nonblock || timed_out(&timer))
 			break;
 		/*
 		 * Sleep without the lock, as the kernel's sk_stream_wait_memory
@@ -648,7 +649,8 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		}
 		if (is_dead(c) || (ps & ~SHUNT_END_RD_SHUT) || (my_state(c) & SHUNT_END_RD_SHUT))
 			break;		/* EOF: what we have, or 0 */
-		if (nonblock) {
+		/* Also when woken over and over without data: the time is up. */
+		if (nonblock || timed_out(&timer)) {
 			r = copied ? 0 : -EAGAIN;
 			break;
 		}
