@@ -203,12 +203,18 @@ static uint32_t sync_peer(struct shunt_conn *c)
 	return ps;
 }
 
-/* The peer wrote indices that cannot be: treat the connection as reset. */
+/*
+ * The peer wrote indices that cannot be: treat the connection as reset.
+ * No notice of it comes from the peer, so our own poll and epoll watchers
+ * (other threads, other holders) hear of it from us.
+ */
 static void broken(struct shunt_conn *c)
 {
-	if (make_dead(c, ECONNRESET))
+	if (make_dead(c, ECONNRESET)) {
 		shunt_warn("circuit %llu: peer published impossible ring indices; resetting",
 			   (unsigned long long)c->circuit);
+		wake_self(c, SHUNT_WAKE_ALL);
+	}
 }
 
 /*
