@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -101,11 +102,68 @@ static ssize_t kernel_rest(int fd, const struct iovec *iov, int iovcnt, int flag
 	return (ssize_t)done + r;
 }
 
+/*
+ * The options a data call obeys. The circuit keeps copies of them that
+ * every process holding the socket shares (opts.c), but the peer maps the
+ * circuit too and may have rewritten them: a copy that differs from what
+ * this process last knew is checked with the kernel socket, which has the
+ * settings every holder made, and the kernel's answer is the one used (and
+ * known from then on). A lying peer costs its victim a system call per
+ * call, never a call that blocks when it must not, or never times out.
+ */
+static bool opt_nonblock(struct shunt_sock *s, int fd)
+{
+	bool v = shunt_sock_opt_nonblock(s);
+	long fl;
+
+	if (v == atomic_load(&s->nonblock))
+		return v;
+	fl = syscall(SYS_fcntl, fd, F_GETFL);
+	if (fl < 0)
+		return atomic_load(&s->nonblock);
+	v = fl & O_NONBLOCK;
+	atomic_store(&s->nonblock, v);
+	return v;
+}
+
+static int64_t opt_timeo(struct shunt_sock *s, int fd, bool rcv)
+{
+	_Atomic int64_t *known = rcv ? &s->rcvtimeo_us : &s->sndtimeo_us;
+	int64_t v = rcv ? shunt_sock_opt_rcvtimeo(s) : shunt_sock_opt_sndtimeo(s);
+	struct timeval tv;
+	socklen_t len = sizeof(tv);
+
+	if (v == atomic_load(known))
+		return v;
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, rcv ? SO_RCVTIMEO_OLD : SO_SNDTIMEO_OLD, &tv,
+				  &len) < 0)
+		return atomic_load(known);
+	/* Saturated: a deadline that far away is none (shunt_deadline). */
+	v = tv.tv_sec < 0 ? 0 : tv.tv_sec >= INT64_MAX / 1000000 ? INT64_MAX
+		: (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+	atomic_store(known, v);
+	return v;
+}
+
+static int opt_rcvlowat(struct shunt_sock *s, int fd)
+{
+	int v = shunt_sock_opt_rcvlowat(s);
+	socklen_t len = sizeof(v);
+
+	if (v == atomic_load(&s->rcvlowat))
+		return v;
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &len) < 0)
+		return atomic_load(&s->rcvlowat);
+	v = v > 0 ? v : 1;
+	atomic_store(&s->rcvlowat, v);
+	return v;
+}
+
 ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct shunt_io io = {
-		.nonblock = (flags & MSG_DONTWAIT) || shunt_sock_opt_nonblock(s),
-		.timeout_us = shunt_sock_opt_sndtimeo(s),
+		.nonblock = (flags & MSG_DONTWAIT) || opt_nonblock(s, fd),
+		.timeout_us = opt_timeo(s, fd, false),
 		.lowat = 1,
 	};
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
@@ -131,9 +189,9 @@ ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int
 ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
 	struct shunt_io io = {
-		.nonblock = (flags & MSG_DONTWAIT) || shunt_sock_opt_nonblock(s),
-		.timeout_us = shunt_sock_opt_rcvtimeo(s),
-		.lowat = shunt_sock_opt_rcvlowat(s),
+		.nonblock = (flags & MSG_DONTWAIT) || opt_nonblock(s, fd),
+		.timeout_us = opt_timeo(s, fd, true),
+		.lowat = opt_rcvlowat(s, fd),
 	};
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
 	struct shunt_conn *c = s->conn;
@@ -287,7 +345,7 @@ ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct
 		return r < 0 ? -errno : r;
 	}
 	/* Pipe to socket: no more than the ring takes now when we must not block. */
-	if (msg || shunt_sock_opt_nonblock(out)) {
+	if (msg || opt_nonblock(out, fd_out)) {
 		size_t free_now = out->conn ? out->conn->ring_size - shunt_conn_outq(out->conn) : 0;
 
 		if (!free_now)
