@@ -2,6 +2,7 @@
 /* Adaptive waiting: spin, yield, then sleep on the end's futex. */
 #include <errno.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "common/sys.h"
@@ -32,7 +33,15 @@ int64_t shunt_wait_spin_ns(void)
 
 int64_t shunt_deadline(int64_t timeout_us)
 {
-	return timeout_us > 0 ? shunt_now_ns() + timeout_us * 1000 : 0;
+	int64_t now;
+
+	if (timeout_us <= 0)
+		return 0;
+	now = shunt_now_ns();
+	/* Past what the clock counts to (and where the sum would overflow): none. */
+	if (timeout_us > (INT64_MAX - now) / 1000)
+		return 0;
+	return now + timeout_us * 1000;
 }
 
 /* Spin then yield; true as soon as ready. */
