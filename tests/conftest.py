@@ -234,7 +234,7 @@ def shunt_cli(shunt_bin):
     return check
 
 
-def _session_processes(sock_path):
+def session_processes(sock_path):
     """Pids of processes whose environment names our daemon socket: only
     processes this session started (directly or through shunt run) carry it."""
     needle = b"\0SHUNT_SOCKET=" + os.fsencode(sock_path) + b"\0"
@@ -280,7 +280,7 @@ class ShuntSession:
         return path
 
     def stop_daemons(self):
-        pids = _session_processes(self.socket)
+        pids = session_processes(self.socket)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGTERM)

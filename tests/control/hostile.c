@@ -54,6 +54,7 @@
 #include "shunt/circuit.h"
 #include "shunt/link.h"
 #include "t_ink.h"
+#include "t_loopback.h"
 
 struct target {
 	struct shunt_circuit_hdr *hdr;
@@ -116,34 +117,12 @@ static void nap_us(long us)
 
 /* ---- connecting, and finding what our libshunt mapped ---- */
 
-static int connect_to(int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-		die("connect");
-	return fd;
-}
-
 static int accept_one(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int lfd = socket(AF_INET, SOCK_STREAM, 0), fd;
+	int port, lfd = t_loopback_listen(&port);
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 1) < 0 ||
-	    getsockname(lfd, (struct sockaddr *)&a, &len) < 0)
-		die("listen");
-	event("{\"event\": \"listening\", \"port\": %d, \"pid\": %d}", ntohs(a.sin_port),
-	      (int)getpid());
-	fd = accept(lfd, NULL, NULL);
-	if (fd < 0)
-		die("accept");
-	close(lfd);
-	return fd;
+	event("{\"event\": \"listening\", \"port\": %d, \"pid\": %d}", port, (int)getpid());
+	return t_loopback_accept(lfd);
 }
 
 /*
@@ -533,7 +512,7 @@ int main(int argc, char **argv)
 	mode = argv[3];
 	victim_pid = atoi(argv[4]);
 	ms = atoll(argv[5]);
-	fd = connector ? connect_to(atoi(argv[2])) : accept_one();
+	fd = connector ? t_loopback_connect(atoi(argv[2])) : accept_one();
 
 	if (!strcmp(mode, "stall")) {
 		send_stream(fd, 1000);

@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+from conftest import session_processes
+
 # Every call of the victim waits at most this long for the peer (SO_RCVTIMEO,
 # SO_SNDTIMEO, poll and epoll timeouts); it runs its calls for BUDGET_MS, while
 # the hostile writes garbage for HOSTILE_MS.
@@ -305,20 +307,6 @@ def test_lie_that_the_connection_moved_onto_the_kernel(pair):
 
 # ---- circuits are nobody else's business
 
-def session_pids(shunt_session):
-    """Processes started for this pytest session (their environment names its socket)."""
-    needle = b"\0SHUNT_SOCKET=" + os.fsencode(shunt_session.socket) + b"\0"
-    pids = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in b"\0" + f.read() + b"\0":
-                    pids.append(int(entry))
-        except OSError:
-            continue
-    return pids
-
-
 def comm(pid):
     try:
         return pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
@@ -344,7 +332,7 @@ def test_circuits_are_anonymous(pair, shunt_session):
     before = set(os.listdir("/dev/shm"))
     victim, hostile = pair("stall", budget_ms=1500)
     hostile.expect("sent")
-    daemons = [p for p in session_pids(shunt_session) if comm(p) == "shuntd"]
+    daemons = [p for p in session_processes(shunt_session.socket) if comm(p) == "shuntd"]
     assert daemons, "no shuntd runs for this session"
     mapped = {}
     for pid in [victim.pid, hostile.pid] + daemons:

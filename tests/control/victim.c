@@ -37,6 +37,7 @@
 #include <sys/socket.h>
 
 #include "t_ink.h"
+#include "t_loopback.h"
 
 enum {
 	READ_LEN = 4096,
@@ -202,35 +203,13 @@ static void set_timeouts(int fd, struct timeval tv)
 
 /* ---- setup ---- */
 
-static int connect_to(int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-		die("connect");
-	return fd;
-}
-
 static int accept_one(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int lfd = socket(AF_INET, SOCK_STREAM, 0), fd;
+	int port, lfd = t_loopback_listen(&port);
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 1) < 0 ||
-	    getsockname(lfd, (struct sockaddr *)&a, &len) < 0)
-		die("listen");
-	printf("{\"event\": \"listening\", \"port\": %d, \"pid\": %d}\n", ntohs(a.sin_port),
-	       (int)getpid());
+	printf("{\"event\": \"listening\", \"port\": %d, \"pid\": %d}\n", port, (int)getpid());
 	fflush(stdout);
-	fd = accept(lfd, NULL, NULL);
-	if (fd < 0)
-		die("accept");
-	close(lfd);
-	return fd;
+	return t_loopback_accept(lfd);
 }
 
 /* A call that failed for good (not a timeout or EAGAIN) or said EOF. */
@@ -252,7 +231,7 @@ int main(int argc, char **argv)
 	}
 	timeout_ms = atoi(argv[3]);
 	budget = atof(argv[4]);
-	fd = !strcmp(argv[1], "connect") ? connect_to(atoi(argv[2])) : accept_one();
+	fd = !strcmp(argv[1], "connect") ? t_loopback_connect(atoi(argv[2])) : accept_one();
 	set_timeouts(fd, (struct timeval){ timeout_ms / 1000, (timeout_ms % 1000) * 1000 });
 	epfd = epoll_create1(0);
 	ev.data.fd = fd;
