@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -140,6 +141,33 @@ static int make_socket_dir(const char *path)
 	return 0;
 }
 
+/*
+ * One daemon per socket path: PATH.lock, locked for as long as this daemon
+ * lives (the kernel lets go of it however the daemon dies). Two daemons
+ * starting at once cannot both replace a dead one's socket file.
+ */
+static int lock_socket_path(const char *path)
+{
+	char lock[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+	int fd;
+
+	snprintf(lock, sizeof(lock), "%s.lock", path);
+	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		shunt_err("cannot open %s: %s", lock, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EWOULDBLOCK)
+			shunt_err("another shuntd already serves %s (it holds %s)", path, lock);
+		else
+			shunt_err("cannot lock %s: %s", lock, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;	/* kept open, never closed: the lock is the daemon's life */
+}
+
 static int open_control_socket(struct shuntd *d)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
@@ -152,9 +180,13 @@ static int open_control_socket(struct shuntd *d)
 		return -1;
 	}
 	strcpy(sun.sun_path, path);
-	if (make_socket_dir(path) < 0)
+	if (make_socket_dir(path) < 0 || lock_socket_path(path) < 0)
 		return -1;
-	/* A live daemon answers; a stale socket file is replaced. */
+	/*
+	 * A live daemon answers (one that does not lock, or of another
+	 * namespace sharing the file); a dead one's socket file, which refuses
+	 * connections, is replaced.
+	 */
 	probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (probe >= 0 && connect(probe, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
 		close(probe);
