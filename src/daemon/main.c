@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/circuit.h"
@@ -24,6 +26,22 @@
 uint64_t shuntd_new_id(struct shuntd *d)
 {
 	return ++d->next_id;
+}
+
+/*
+ * Where this daemon's ids start. Processes that outlived a killed shuntd
+ * still hold its ids (sessions named in circuit routes, circuits,
+ * listeners) and send some of them to its successor: the ids of two
+ * daemons must not meet. A random multiple of 2^24 below 2^44 leaves 2^24
+ * ids to each daemon and fits the 48 bits a route has for a session.
+ */
+static uint64_t id_base(void)
+{
+	uint32_t r;
+
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
+		r = (uint32_t)time(NULL) ^ (uint32_t)getpid() << 12;
+	return (uint64_t)(r & 0xfffff) << 24;
 }
 
 static void usage(FILE *f)
@@ -272,6 +290,7 @@ int main(int argc, char **argv)
 	else if (access(DEFAULT_CONFIG, F_OK) == 0)
 		d.cfg.config_path = DEFAULT_CONFIG;
 	d.metrics_fd = -1;
+	d.next_id = id_base();
 	if (parse(argc, argv, &d.cfg) < 0)
 		return 2;
 	/* A policy that does not parse is not guessed at: shuntd does not start. */
