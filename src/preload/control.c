@@ -101,7 +101,6 @@ static int open_session_locked(void)
 				   ctl_addr.sun_path, strerror(-r));
 		ctl_warned = true;
 		ctl_retry_at = shunt_now_ns() + 1000000000;
-		shunt_stats.fallback_nodaemon++;
 		return -ENOTCONN;
 	}
 	ctl_fd = shunt_fd_hide(fd);
@@ -313,11 +312,15 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 		      struct shunt_grant *g)
 {
 	struct shunt_msg_connect m;
+	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_CONNECT, sizeof(m), 0);
 	m.dst = *dst;
 	m.flags = flags;
-	return request_circuit(&m, fd, g);
+	r = request_circuit(&m, fd, g);
+	if (r == -ENOTCONN)
+		shunt_stats.fallback_nodaemon++;
+	return r;
 }
 
 int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
