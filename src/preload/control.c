@@ -13,6 +13,7 @@
 #include "common/proto.h"
 #include "preload/control.h"
 #include "preload/plink.h"
+#include "preload/relisten.h"
 #include "preload/stats.h"
 #include "preload/util.h"
 
@@ -27,6 +28,7 @@ static int ctl_fd = -1;			/* under ctl_lock */
 static uint32_t ctl_seq;		/* under ctl_lock */
 static int64_t ctl_retry_at;		/* under ctl_lock: no reconnect before */
 static bool ctl_warned;			/* under ctl_lock */
+static bool ctl_had_session;		/* under ctl_lock: a session was opened before */
 static _Atomic uint64_t session_id;	/* written under ctl_lock; 0: no session */
 static uint64_t claim_ticket, claim_secret;	/* under ctl_lock: a fork child's first HELLO */
 
@@ -63,6 +65,11 @@ void shunt_ctl_after_fork(void)
 	atomic_store(&session_id, 0);
 }
 
+/*
+ * The session is over (shuntd died, or broke the protocol): what it held at
+ * shuntd is released there, if shuntd still lives. Connections keep their
+ * circuits; new ones use the kernel until a session can be opened again.
+ */
 static void drop_session(const char *why, int err)
 {
 	if (!ctl_warned)
@@ -73,6 +80,7 @@ static void drop_session(const char *why, int err)
 	ctl_fd = -1;
 	atomic_store(&session_id, 0);
 	ctl_retry_at = shunt_now_ns() + 1000000000;
+	shunt_relisten_lost();
 }
 
 static int exchange_locked(void *req, const int *fds, unsigned nfds, void *reply,
@@ -118,6 +126,7 @@ static int open_session_locked(void)
 		return -ENOTCONN;
 	}
 	const struct shunt_msg_hello_reply *hr = (const void *)reply;
+	bool claimed = (hello.flags & SHUNT_HELLO_CLAIM) && !hr->claim;
 
 	if (hr->claim)
 		shunt_warn("shuntd refused this fork child its parent's sockets (%s); "
@@ -127,7 +136,17 @@ static int open_session_locked(void)
 		return -ENOTCONN;
 	}
 	atomic_store(&session_id, hr->session);
+	if (ctl_warned && ctl_had_session)
+		shunt_info("shuntd at %s answers again", ctl_addr.sun_path);
 	ctl_warned = false;
+	/*
+	 * Not the first session, and not a fork child's claim of what its
+	 * parent holds: this daemon knows none of our listeners (a restarted
+	 * shuntd, or one that dropped us). They are registered again.
+	 */
+	if (ctl_had_session && !claimed)
+		shunt_relisten_renew();
+	ctl_had_session = true;
 	return 0;
 }
 
@@ -326,10 +345,17 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 {
 	struct shunt_msg_accept m;
+	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_ACCEPT, sizeof(m), 0);
 	m.listener = listener;
-	return request_circuit(&m, fd, g);
+	r = request_circuit(&m, fd, g);
+	/*
+	 * shuntd is gone, and what it had queued went with it: nothing to
+	 * take, the kernel's queue is still there (and the stale doorbell is
+	 * drained by relisten.c before the caller waits again).
+	 */
+	return r == -ENOTCONN ? -EAGAIN : r;
 }
 
 int shunt_ctl_close(uint64_t circuit, unsigned end, bool shared)

@@ -4,7 +4,9 @@
  * synchronous and serialised by one lock; the daemon never speaks first.
  * When the daemon cannot be reached every request fails with -ENOTCONN and
  * callers use the kernel instead (DESIGN decision 10); a reconnect is tried
- * again at most once a second.
+ * again at most once a second. A session opened with a daemon that knows
+ * none of our listeners (shuntd restarted) has them registered again
+ * (relisten.h).
  */
 #ifndef SHUNT_CONTROL_H
 #define SHUNT_CONTROL_H
@@ -58,7 +60,10 @@ void shunt_ctl_unlisten(uint64_t listener, bool shutdown);
 int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 		      struct shunt_grant *g);
 
-/* Take a queued circuit of listener @listener held as @fd: 0, -EAGAIN or -errno. */
+/*
+ * Take a queued circuit of listener @listener held as @fd: 0, -EAGAIN (also
+ * when shuntd is gone: what it queued went with it) or -errno.
+ */
 int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g);
 
 /*

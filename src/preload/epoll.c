@@ -546,6 +546,26 @@ void shunt_epoll_sock_moved(struct shunt_sock *s)
 	pthread_mutex_unlock(&shunt_notice_lock);
 }
 
+void shunt_epoll_sock_bell(struct shunt_sock *s, bool attach)
+{
+	struct shunt_list *pos;
+
+	pthread_mutex_lock(&shunt_notice_lock);
+	shunt_list_for_each(pos, &s->watchers) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
+		struct epoll_event ev = {
+			.events = r->events & (EPOLLIN | EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE),
+			.data.u64 = (uint64_t)(uintptr_t)r,
+		};
+
+		/* As install() and uninstall() do it for a LISTENER registration. */
+		if (r->mode == SHUNT_REG_LISTENER)
+			kctl(r->ep->kfd, attach ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s->doorbell,
+			     attach ? &ev : NULL);
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+}
+
 void shunt_epoll_sock_gone(struct shunt_sock *s)
 {
 	struct shunt_list *pos, *tmp;

@@ -101,6 +101,13 @@ void shunt_epoll_sock_changed(struct shunt_sock *s);
 /* A socket's state changed (connected, listening, disconnected): move its registrations. */
 void shunt_epoll_sock_moved(struct shunt_sock *s);
 
+/*
+ * A listener's doorbell descriptor is about to refer to another file (false:
+ * take the old one out of every instance), or now does (true: put it in).
+ * The caller holds s->lock across both calls (relisten.c).
+ */
+void shunt_epoll_sock_bell(struct shunt_sock *s, bool attach);
+
 /* The socket is going away: drop every registration of it. */
 void shunt_epoll_sock_gone(struct shunt_sock *s);
 

@@ -11,6 +11,7 @@
 #include "preload/libc.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
+#include "preload/relisten.h"
 #include "preload/sock.h"
 #include "preload/util.h"
 
@@ -23,6 +24,12 @@ void shunt_fork_enter(void)
 
 void shunt_fork_leave(void)
 {
+	/*
+	 * The end of a call that makes or drops a holding: no other library
+	 * lock is held here, which is what registering listeners again with
+	 * a new shuntd needs (usually a single load: nothing to do).
+	 */
+	shunt_relisten_run();
 	pthread_rwlock_unlock(&fork_lock);
 }
 

@@ -22,6 +22,7 @@
 #include "preload/fork.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
+#include "preload/relisten.h"
 #include "preload/sock.h"
 #include "preload/stats.h"
 #include "preload/util.h"
@@ -455,6 +456,8 @@ static int kernel_accept(int fd, struct sockaddr *addr, socklen_t *alen, int fla
 	if (r < 0)
 		return -errno;
 	shunt_stats.kernel_accept++;
+	/* Perhaps because shuntd died: see whether one answers again. */
+	shunt_relisten_poke();
 	return r;
 }
 
