@@ -187,6 +187,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		shunt_list_add_tail(&l->synq, &c->queue_node);
 	}
 	close(fd);
+	shuntd_link_prepare(d, s, l);
 	if (shuntd_circuit_reply(d, s, c, SHUNT_END_CONNECTOR, SHUNT_MSG_CONNECT, m->h.seq, -1) < 0)
 		shuntd_hold_release(d, h, true);
 }

@@ -98,6 +98,25 @@ struct link *shuntd_link_get(struct shuntd *d, struct session *a, struct session
 	return l;
 }
 
+void shuntd_link_prepare(struct shuntd *d, struct session *s, struct listener *l)
+{
+	struct shunt_list *pos;
+
+	shunt_list_for_each(pos, &l->holds) {
+		struct session *p = shunt_container_of(pos, struct hold, node)->session;
+		struct link *k;
+
+		if (p->ticket)
+			continue;
+		k = shuntd_link_get(d, s, p);
+		if (!k)
+			continue;	/* made later, on demand, while we live */
+		for (unsigned side = 0; side < 2; side++)
+			if (!k->delivered[side])
+				shuntd_link_notify(k->side[side], SHUNT_LINK_SLOT_PULL);
+	}
+}
+
 void shuntd_link_notify(struct session *s, uint32_t slot)
 {
 	struct link *l = s->dlink;

@@ -353,6 +353,13 @@ int shuntd_memfd_sealed(const char *name, size_t size);
 int shuntd_link_daemon(struct shuntd *d, struct session *s);
 /* The link between @a and @b (made if need be), or NULL. */
 struct link *shuntd_link_get(struct shuntd *d, struct session *a, struct session *b);
+/*
+ * Links between @s, connecting to @l, and each process that may accept the
+ * connection, offered to both sides (SHUNT_LINK_SLOT_PULL) right away: a
+ * link asked for only when first needed cannot be had once shuntd is dead,
+ * and its connection could then never wake an epoll waiter.
+ */
+void shuntd_link_prepare(struct shuntd *d, struct session *s, struct listener *l);
 /* Post @slot to @s through its daemon link (and wake it if it sleeps). */
 void shuntd_link_notify(struct session *s, uint32_t slot);
 void shuntd_link_session_gone(struct shuntd *d, struct session *s);

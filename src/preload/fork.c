@@ -26,9 +26,11 @@ void shunt_fork_leave(void)
 {
 	/*
 	 * The end of a call that makes or drops a holding: no other library
-	 * lock is held here, which is what registering listeners again with
-	 * a new shuntd needs (usually a single load: nothing to do).
+	 * lock is held here. Links shuntd prepared for a new connection are
+	 * taken now, and listeners registered again with a new shuntd
+	 * (usually a load or two: nothing to do).
 	 */
+	shunt_notice_pull_asked();
 	shunt_relisten_run();
 	pthread_rwlock_unlock(&fork_lock);
 }

@@ -311,6 +311,23 @@ static void pull_links(void)
 	pthread_mutex_unlock(&pull_lock);
 }
 
+void shunt_notice_pull_asked(void)
+{
+	struct shunt_plink *l = shunt_plink_daemon();
+	const uint64_t bit = 1ull << (SHUNT_LINK_SLOT_PULL % 64);
+	_Atomic uint64_t *w;
+
+	if (!l || !atomic_load_explicit(&l->live, memory_order_acquire))
+		return;
+	w = &l->hdr->side[0].bits[SHUNT_LINK_SLOT_PULL / 64];
+	/* Only this bit: the word's summary bit stays, and a drain finds it empty. */
+	if (!(atomic_load_explicit(w, memory_order_relaxed) & bit) ||
+	    !(atomic_fetch_and_explicit(w, ~bit, memory_order_acq_rel) & bit))
+		return;
+	atomic_store(&pull_pending, true);
+	pull_links();
+}
+
 static int drain_links(void)
 {
 	unsigned nl = shunt_plink_count();

@@ -49,6 +49,14 @@ void shunt_notice_unbind(struct shunt_conn *c);
 int shunt_notice_drain(bool hub_fired);
 
 /*
+ * Take the links shuntd made for us, if its daemon link says it has some,
+ * without draining anything else: after a connect or an accept, so that
+ * both ends hold their link while shuntd is there to hand it over (a link
+ * cannot be had once shuntd is dead). No lock held but the fork lock.
+ */
+void shunt_notice_pull_asked(void);
+
+/*
  * Post a notice for circuit end @end (ours or the peer's) along its routes:
  * @cache holds a link per route, filled on first use.
  */

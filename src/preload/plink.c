@@ -28,6 +28,7 @@ static pthread_mutex_t links_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shunt_plink *links[MAX_LINKS];
 static _Atomic unsigned nlinks;
 static int sleeping;		/* under links_lock: threads announced by shunt_plink_sleepers */
+static _Atomic(struct shunt_plink *) daemon_link;	/* written under links_lock */
 
 unsigned shunt_plink_count(void)
 {
@@ -174,13 +175,21 @@ int shunt_plink_install_daemon(uint64_t id, int fds[2])
 			atomic_store(&links[i]->live, false);
 			shunt_notice_unwatch_efd(links[i]->efd[0]);
 		}
+	atomic_store(&daemon_link, NULL);
 	l = slot_locked();
 	if (l)
 		e = fill_locked(l, id, 0, 0, false, true, fds[0], fds[1], -1);
+	if (e == 0)
+		atomic_store(&daemon_link, l);
 	pthread_mutex_unlock(&links_lock);
 	if (e < 0)
 		shunt_proto_close_fds(fds, 2);
 	return e;
+}
+
+struct shunt_plink *shunt_plink_daemon(void)
+{
+	return atomic_load_explicit(&daemon_link, memory_order_acquire);
 }
 
 struct shunt_plink *shunt_plink_get(uint64_t partner)
@@ -253,6 +262,7 @@ void shunt_plink_after_fork(void)
 {
 	pthread_mutex_init(&links_lock, NULL);
 	sleeping = 0;
+	atomic_store(&daemon_link, NULL);
 	for (unsigned i = 0; i < shunt_plink_count(); i++) {
 		struct shunt_plink *l = links[i];
 

@@ -38,6 +38,9 @@ struct shunt_plink *shunt_plink_install(const struct shunt_msg_link_reply *r, in
 /* Install the session's daemon link from the HELLO reply (@fds: memfd, eventfd; taken over). */
 int shunt_plink_install_daemon(uint64_t id, int fds[2]);
 
+/* The daemon link of the current (or last) session, or NULL before the first. */
+struct shunt_plink *shunt_plink_daemon(void);
+
 /* shuntd said link @id died: stop draining it and keep its slot for reuse. */
 void shunt_plink_gone(uint64_t id);
 
