@@ -29,6 +29,7 @@ static uint32_t ctl_seq;		/* under ctl_lock */
 static int64_t ctl_retry_at;		/* under ctl_lock: no reconnect before */
 static bool ctl_warned;			/* under ctl_lock */
 static bool ctl_had_session;		/* under ctl_lock: a session was opened before */
+static bool ctl_claimed;		/* under ctl_lock: the last HELLO claimed a ticket */
 static _Atomic uint64_t session_id;	/* written under ctl_lock; 0: no session */
 static uint64_t claim_ticket, claim_secret;	/* under ctl_lock: a fork child's first HELLO */
 
@@ -127,6 +128,8 @@ static int open_session_locked(void)
 	}
 	const struct shunt_msg_hello_reply *hr = (const void *)reply;
 	bool claimed = (hello.flags & SHUNT_HELLO_CLAIM) && !hr->claim;
+
+	ctl_claimed = claimed;
 
 	if (hr->claim)
 		shunt_warn("shuntd refused this fork child its parent's sockets (%s); "
@@ -228,6 +231,8 @@ int shunt_ctl_claim(uint64_t ticket, uint64_t secret)
 	claim_ticket = ticket;
 	claim_secret = secret;
 	r = open_session_locked();
+	if (r == 0 && !ctl_claimed)
+		r = -EACCES;
 	claim_ticket = 0;
 	pthread_mutex_unlock(&ctl_lock);
 	return r;

@@ -88,7 +88,10 @@ int shunt_ctl_fork(uint64_t *ticket, uint64_t *secret);
 /* After fork, in the parent: the child's pid, or 0 if fork failed. */
 void shunt_ctl_fork_done(uint64_t ticket, pid_t pid);
 
-/* In the fork child: open our own session, claiming the parent's ticket. 0 or -errno. */
+/*
+ * In the fork child: open our own session, claiming the parent's ticket.
+ * 0, or -errno: no session, or one that holds nothing (claim refused).
+ */
 int shunt_ctl_claim(uint64_t ticket, uint64_t secret);
 
 /*
