@@ -1,0 +1,489 @@
+# SPDX-License-Identifier: MIT
+"""Daemon faults: kill -9 shuntd while connections are open.
+
+Established circuits keep moving data and close normally (shuntd is never on
+the data path); while shuntd is dead new connections go to the kernel
+without the program noticing and without the library spinning; a handed-on
+connection is either carried or reported; a restarted shuntd (same socket
+path, the dead one's socket file replaced) serves the processes started
+before it again, and gives back every descriptor it took.
+
+The tests share one world and run in file order: one shuntd started here
+(`shunt daemon`, so that its pid is known), a server and a client
+(tests/control/fault_peer.py under `shunt run --no-daemon`, so that no
+daemon is started behind our back). Timeouts only detect hangs.
+"""
+
+import json
+import os
+import pathlib
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+PEER = HERE / "fault_peer.py"
+PYTHON = "/usr/bin/python3"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+HANG_S = 30  # a step that takes longer than this is hung
+SANITIZER = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
+
+class Proc:
+    """A process whose stdout lines we can wait for and whose stdin we drive."""
+
+    def __init__(self, argv, env, stderr_path):
+        self.stderr_path = stderr_path
+        self.err = open(stderr_path, "wb")
+        self.proc = subprocess.Popen([str(a) for a in argv], env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                     bufsize=1, start_new_session=True)
+        self.lines = []
+        self.history = []
+        self.partial = b""
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def send(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def _read_line(self, deadline, what):
+        """Take the lines that are there (from the descriptor itself: a
+        buffered reader would hide lines select() cannot see)."""
+        left = deadline - time.monotonic()
+        fd = self.proc.stdout.fileno()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise AssertionError(f"pid {self.pid}: hung waiting for {what}; "
+                                 f"lines {self.history[-20:]}\nstderr: {self.stderr()[-3000:]}")
+        data = os.read(fd, 65536)
+        if not data:
+            raise AssertionError(f"pid {self.pid} exited ({self.proc.poll()}) waiting for {what};"
+                                 f" lines {self.history[-20:]}\nstderr: {self.stderr()[-3000:]}")
+        self.partial += data
+        *done, self.partial = self.partial.split(b"\n")
+        for line in done:
+            self.lines.append(line.decode().strip())
+            self.history.append(self.lines[-1])
+
+    def expect(self, prefix, timeout=HANG_S):
+        """The first line not yet taken that starts with prefix (taken now)."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while True:
+            for i in range(seen, len(self.lines)):
+                if self.lines[i].startswith(prefix):
+                    return self.lines.pop(i)
+            seen = len(self.lines)
+            self._read_line(deadline, repr(prefix))
+
+    def reports(self, names, timeout=HANG_S):
+        """name -> {sent, recv, eof, err} for each connection in names."""
+        out = {}
+        for name in names:
+            words = self.expect(f"report {name} ", timeout).split()[2:]
+            out[name] = dict(w.split("=", 1) for w in words)
+        return out
+
+    def stderr(self):
+        self.err.flush()
+        return pathlib.Path(self.stderr_path).read_text(errors="replace")
+
+    def cpu_ticks(self):
+        """utime + stime of every thread of the process."""
+        with open(f"/proc/{self.pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        self.err.close()
+
+
+def daemon_answers(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def fd_targets(pid):
+    """What each descriptor of pid refers to."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+    return out
+
+
+def established():
+    """The established TCP sockets of the host, as ss lists them with their processes."""
+    out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True,
+                         timeout=HANG_S).stdout
+    return {" ".join(line.split()) for line in out.splitlines()}
+
+
+def wait_for(cond, what, timeout=HANG_S):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+class World:
+    """shuntd (restartable), the fault_peer server and client, and their files."""
+
+    def __init__(self, shunt, build_dir, directory, tools):
+        self.shunt, self.build_dir, self.dir, self.tools = shunt, build_dir, directory, tools
+        self.socket = str(directory / "shuntd.sock")
+        self.daemon = None
+        self.daemons = []
+        self.procs = []
+        self.runs = 0
+
+    def env(self, stats=None):
+        env = self.tools.plain_env()
+        env["SHUNT_SOCKET"] = self.socket
+        env["SHUNT_LOG"] = "info"
+        if stats:
+            env["SHUNT_STATS"] = str(stats)
+        return env
+
+    def start_daemon(self):
+        n = len(self.daemons)
+        log = open(self.dir / f"shuntd.{n}.log", "wb")
+        d = subprocess.Popen([str(self.shunt), "daemon", "--socket", self.socket, "--log", "info"],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                             env=self.tools.plain_env(), start_new_session=True)
+        log.close()
+        d.log = self.dir / f"shuntd.{n}.log"
+        self.daemons.append(d)
+        wait_for(lambda: daemon_answers(self.socket) or d.poll() is not None, "shuntd to answer")
+        assert d.poll() is None, f"shuntd exited: {d.log.read_text()}"
+        self.daemon = d
+        return d
+
+    def kill_daemon(self):
+        os.kill(self.daemon.pid, signal.SIGKILL)
+        self.daemon.wait()
+        self.daemon = None
+
+    def peer(self, role, arg, name):
+        stats = self.dir / f"{name}.stats.jsonl"
+        p = Proc([self.shunt, "run", "--no-daemon", "--", PYTHON, PEER, role, arg],
+                 self.env(stats), self.dir / f"{name}.stderr")
+        p.stats = stats
+        self.procs.append(p)
+        return p
+
+    def status(self):
+        out = subprocess.run([str(self.shunt), "status", "--json"], env=self.env(),
+                             capture_output=True, text=True, timeout=HANG_S)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def run_pair(self, tag):
+        """A fresh tests/integration/peer server and client under shunt run
+        (--no-daemon): 4000 bytes client to server, EOF. Their summed stats."""
+        self.runs += 1
+        stats = self.dir / f"pair-{tag}.stats.jsonl"
+        portfile = self.dir / f"pair-{tag}.port"
+        peer = self.build_dir / "tests" / "integration" / "peer"
+        env = self.env(stats)
+        server = Proc([self.shunt, "run", "--no-daemon", "--", peer, "server", portfile, 0, "recv"],
+                      env, self.dir / f"pair-{tag}-server.stderr")
+        self.procs.append(server)
+        wait_for(lambda: portfile.exists() and portfile.read_text().strip(), "the pair's server")
+        client = self.tools.run([self.shunt, "run", "--no-daemon", "--", peer, "client",
+                                 portfile.read_text().strip(), 4000, "close"], env, timeout=HANG_S)
+        assert client.rc == 0 and b"error" not in client.stdout, client.describe()
+        assert server.expect("eof") == "eof after 4000 bytes"
+        assert server.proc.wait(timeout=HANG_S) == 0, server.stderr()
+        assert "error" not in " ".join(server.lines)
+        return self.tools.read_stats(stats)[1]
+
+    def close(self):
+        for p in self.procs:
+            p.stop()
+        for d in self.daemons:
+            if d.poll() is None:
+                d.kill()
+                d.wait()
+
+
+@pytest.fixture(scope="module")
+def world(build_dir, shunt_bin, tools, tmp_path_factory):
+    """One daemon socket of our own: a daemon some other test left on the
+    session's socket must not be the one we kill."""
+    if not os.access(shunt_bin, os.X_OK):
+        pytest.fail(f"shunt CLI not built: {shunt_bin} is missing", pytrace=False)
+    w = World(shunt_bin, build_dir, tmp_path_factory.mktemp("fault"), tools)
+    w.start_daemon()
+    w.server = w.peer("server", str(w.dir / "port"), "server")
+    wait_for(lambda: (w.dir / "port").exists(), "the server to listen")
+    w.port, w.port_ep, w.port_q, w.port_qe = map(int, (w.dir / "port").read_text().split())
+    w.client = w.peer("client", str(w.port), "client")
+    # A process that has never woken the server before shuntd dies.
+    w.quiet = w.peer("client", str(w.port), "quiet")
+    yield w
+    w.close()
+
+
+STREAMS = ["s1", "s2", "s3"]
+LIVE = STREAMS + ["idle", "blk", "ep"]
+HANDS = ["f1", "e1", "p1", "h0"]
+QUEUED = ["q1", "q2"]   # connected, not accepted yet: shuntd dies with them queued
+
+
+def same_bytes(c, s, name):
+    assert c["err"] == "-" and s["err"] == "-", f"{name}: client {c}, server {s}"
+    assert c["eof"] == "1" and s["eof"] == "1", f"{name}: EOF missing: client {c}, server {s}"
+    assert c["sent"] == s["recv"], f"{name}: client sent {c['sent']}, server got {s['recv']}"
+    assert s["sent"] == c["recv"], f"{name}: server sent {s['sent']}, client got {c['recv']}"
+    return int(c["sent"].split(":")[1]) + int(s["sent"].split(":")[1])
+
+
+@pytest.mark.shunt
+def test_a_established_connections_outlive_shuntd(world):
+    """SIGKILL shuntd in the middle of three two-way streams, an idle
+    connection, one whose server sits in recv(), one driven by epoll, and
+    one from another process that sends its first byte only after shuntd
+    is dead to a server waiting in epoll: every byte arrives intact both
+    ways, then shutdown and close work."""
+    c, s, q = world.client, world.server, world.quiet
+    q.send("open qq quiet")
+    q.expect("opened qq")
+    s.expect("accepted qq")
+    for name, kind in [(n, "stream") for n in STREAMS] + [("idle", "idle"), ("blk", "blocked"),
+                                                          ("ep", "epoll")] + \
+            [(n, "hand") for n in HANDS]:
+        c.send(f"open {name} {kind}")
+        c.expect(f"opened {name}")
+        s.expect(f"accepted {name}")
+    # Queued on the two listeners nobody accepts on yet (one for a thread
+    # in accept(), one for the epoll loop).
+    for name, port in zip(QUEUED, (world.port_q, world.port_qe)):
+        c.send(f"open {name} hand {port}")
+        c.expect(f"opened {name}")
+    st = world.status()
+    mine = [x for x in st["connections"] if x.get("client_pid") == c.pid]
+    assert len(mine) == len(LIVE + HANDS + QUEUED), st
+    assert all(x["transport"] == "shm" for x in mine), st
+    time.sleep(0.5)                      # the streams are moving
+    world.kill_daemon()
+    time.sleep(0.3)                      # ... and keep moving without shuntd
+    for p in (c, s, q):
+        p.send("go")
+        p.expect("ok go")
+    time.sleep(0.5)
+    for p in (c, s, q):
+        p.send("stop")
+        p.expect("ok stop")
+    cr, sr = c.reports(LIVE), s.reports(LIVE + ["qq"])
+    cr.update(q.reports(["qq"]))
+    total = sum(same_bytes(cr[n], sr[n], n) for n in LIVE + ["qq"])
+    print(f"verified {total} bytes across the kill")
+    assert all(int(cr[n]["sent"].split(":")[1]) > 0 for n in LIVE)
+    for p in (c, s):
+        assert p.proc.poll() is None
+        assert "error" not in " ".join(p.lines), p.lines
+
+
+@pytest.mark.shunt
+def test_b_new_connections_use_the_kernel_while_shuntd_is_dead(world):
+    """Without shuntd: connects between shunt processes (running ones and
+    new ones) and a new listen() work, over the kernel, with no error the
+    program sees; and an idle process does not spin retrying."""
+    c, s = world.client, world.server
+    assert world.daemon is None and os.path.exists(world.socket)
+    # What shuntd had queued died with it: accept() neither fails nor spins on it.
+    s.send("resume")
+    s.expect("ok resume")
+    c.send("open k1 echo")
+    c.expect("opened k1")
+    s.send("listen2")
+    port2 = int(s.expect("port2").split()[1])
+    c.send(f"open k2 echo {port2}")
+    c.expect("opened k2")
+    cr, sr = c.reports(["k1", "k2"]), s.reports(["k1", "k2"])
+    for n in ("k1", "k2"):
+        same_bytes(cr[n], sr[n], n)
+    # A kernel connection is one ss did not list before (no companion
+    # sockets are made without shuntd).
+    before = established()
+    c.send("open k3 hand")
+    c.expect("opened k3")
+    s.expect("accepted k3")
+    new = established() - before
+    assert any(f"pid={c.pid}," in l and f" 127.0.0.1:{world.port} " in l for l in new), new
+    assert any(f"pid={s.pid}," in l and f"127.0.0.1:{world.port} " in l for l in new), new
+    # New processes, started while nobody answers at the socket.
+    total = world.run_pair("outage")
+    assert total.get("shm_connect", 0) == 0 and total.get("kernel_connect", 0) >= 1, total
+    assert total.get("kernel_accept", 0) >= 1 and total.get("fallback_nodaemon", 0) >= 1, total
+    # Idle: every thread blocked (accept, recv on circuits and kernel sockets, stdin).
+    time.sleep(1.2)                      # past one reconnect attempt
+    before = [p.cpu_ticks() for p in (c, s)]
+    time.sleep(1.0)
+    used = [p.cpu_ticks() - b for p, b in zip((c, s), before)]
+    print(f"idle CPU while shuntd is dead: client {used[0]}, server {used[1]} ticks "
+          f"of 1/{CLK_TCK} s in 1 s")
+    assert all(u <= 5 for u in used), f"idle processes used {used} ticks in 1 s: spinning"
+    for p in (c, s):
+        assert "error" not in " ".join(p.lines), p.lines
+
+
+@pytest.mark.shunt
+@pytest.mark.parametrize("how", ["fork", "exec", "pass"])
+def test_c_handing_on_while_shuntd_is_dead(world, how):
+    """fork, exec and SCM_RIGHTS of a circuit while shuntd is dead: the
+    connection keeps working, or the failure is reported (an error to the
+    program, a line in the log, an orderly end for the peer); nothing
+    hangs, and the other connections of the process are not touched (a
+    child closing what it inherited, as subprocess does before exec, must
+    not end them)."""
+    c, s = world.client, world.server
+    name = {"fork": "f1", "exec": "e1", "pass": "p1"}[how]
+    c.send(f"{how} {name}")
+    child = c.expect("child ").split()
+    c.expect(f"handed {name}")
+    sr = s.reports([name])[name]
+    print(f"{how} while shuntd is dead: child says {' '.join(child)}; server {sr}")
+    if child[1] == "ok":
+        sent, nsent, recv, nrecv = child[2:6]
+        assert f"{sent}:{nsent}" == sr["recv"] and f"{recv}:{nrecv}" == sr["sent"], (child, sr)
+        assert sr["eof"] == "1" and sr["err"] == "-", sr
+    else:
+        # Not carried: the program was told (an error, not silence), and so was the log.
+        assert child[1] == "error", child
+        why = {"fork": "fork while shuntd is unreachable"}.get(how, "cannot move onto the kernel")
+        assert why in c.stderr(), c.stderr()
+        assert sr["eof"] == "1" and sr["err"] == "-", sr
+    assert c.proc.poll() is None and s.proc.poll() is None
+    # The connection the client did not hand on still carries bytes.
+    c.send("ping h0")
+    assert c.expect("pong h0") == "pong h0"
+
+
+@pytest.mark.shunt
+def test_d_restarted_shuntd_serves_again_without_leaks(world):
+    """shuntd started again on the same path (the dead one's socket file is
+    replaced; a live one is never displaced) serves new processes and the
+    ones that ran through the outage, and gives every descriptor back."""
+    c, s = world.client, world.server
+    d2 = world.start_daemon()
+    # Once the probe that saw it answer is gone, its only socket is the control socket.
+    wait_for(lambda: sum(t.startswith("socket:") for t in fd_targets(d2.pid)) == 1,
+             "shuntd to forget the probe")
+    fresh = len(fd_targets(d2.pid))
+    # A second daemon on a live one's socket refuses, and the live one stays.
+    third = subprocess.run([str(world.shunt), "daemon", "--socket", world.socket],
+                           capture_output=True, text=True, timeout=HANG_S,
+                           env=world.tools.plain_env())
+    assert third.returncode != 0 and "already" in third.stderr, third.stderr
+    assert daemon_answers(world.socket) and d2.poll() is None
+    # New processes get shared memory.
+    pair = world.run_pair("restart")
+    total = pair
+    assert total.get("shm_connect", 0) >= 1 and total.get("shm_accept", 0) >= 1, total
+    # The processes that ran through it find the new daemon at their next
+    # connect (the server: to itself, through its epoll listener), and
+    # register their listeners again; the thread blocked in accept() on the
+    # other one is woken to wait on the new registration.
+    s.send("dial d0")
+    a, b = s.reports(["d0"])["d0"], s.reports(["d0"])["d0"]
+    same_bytes(a, b, "d0")
+    c.send(f"open r0 echo {world.port_ep}")     # nothing for the accept() thread yet
+    cr, sr = c.reports(["r0"]), s.reports(["r0"])
+    same_bytes(cr["r0"], sr["r0"], "r0")
+    time.sleep(1.1)                      # a reconnect is tried at most once a second
+
+    def shm_between():
+        st = world.status()
+        return [x for x in st["connections"]
+                if x.get("client_pid") == c.pid and x.get("server_pid") == s.pid]
+    for name, port in (("r1", world.port), ("r2", world.port_ep)):
+        c.send(f"open {name} hand {port}")
+        c.expect(f"opened {name}")
+        s.expect(f"accepted {name}")
+    mine = shm_between()
+    assert len(mine) == 2 and all(x["transport"] == "shm" for x in mine), world.status()
+    for name in ("r1", "r2"):
+        c.send(f"close {name}")
+        assert c.expect(f"closed {name}") == f"closed {name} eof=1"
+    s.reports(["r1", "r2"])
+    wait_for(lambda: not shm_between(), "the circuits to go")
+    st = world.status()
+    pids = {x["pid"] for x in st["sessions"]}
+    assert {c.pid, s.pid} <= pids, st
+    assert any(l["session"] for l in st["listeners"]), st
+    base = fd_targets(d2.pid)
+    # Many connections, all closed: the daemon's descriptors come back.
+    names = [f"m{i}" for i in range(8)]
+    for n in names:
+        c.send(f"open {n} echo")
+    cr, sr = c.reports(names), s.reports(names)
+    for n in names:
+        same_bytes(cr[n], sr[n], n)
+    wait_for(lambda: not shm_between(), "the circuits to go")
+    wait_for(lambda: len(fd_targets(d2.pid)) == len(base),
+             f"shuntd's descriptors to come back to {len(base)}")
+    # Connections from before the restart close cleanly (a stale close must not
+    # touch anything of the new daemon's).
+    for n in ("h0", "k3"):
+        c.send(f"close {n}")
+        assert c.expect(f"closed {n}") == f"closed {n} eof=1"
+    s.reports(["h0", "k3"])
+    for n in QUEUED:                     # nobody will ever accept them
+        c.send(f"drop {n}")
+        c.expect(f"dropped {n}")
+    for p in (c, s, world.quiet):
+        p.send("quit")
+        assert p.proc.wait(timeout=HANG_S) == 0, p.stderr()
+        assert "error" not in " ".join(p.lines), p.lines
+    wait_for(lambda: not {c.pid, s.pid, world.quiet.pid} &
+             {x["pid"] for x in world.status()["sessions"]}, "the sessions to end")
+    left = fd_targets(d2.pid)
+    print(f"shuntd fds: fresh {fresh}, with two sessions {len(base)}, at the end {len(left)}")
+    assert len(left) == fresh, f"shuntd holds {len(left)} descriptors, {fresh} when it started: " \
+                               f"{sorted(left)}"
+    assert not [t for t in left if "memfd" in t], left
+    st = world.status()
+    assert st["connections"] == [] or all(x["transport"] == "kernel" for x in st["connections"]), st
+    _, cstats = world.tools.read_stats(c.stats)
+    _, sstats = world.tools.read_stats(s.stats)
+    print(f"client stats {cstats}\nserver stats {sstats}")
+    before = len(LIVE + HANDS + QUEUED)
+    assert cstats.get("shm_connect", 0) >= before + 10, cstats   # r1, r2, m0..m7
+    assert cstats.get("kernel_connect", 0) >= 3, cstats
+    # The new daemon counts the circuits it made, and only those.
+    made = pair["shm_connect"] + cstats["shm_connect"] - before + sstats.get("shm_connect", 0)
+    assert st["totals"]["circuits_total"] == made, (st["totals"], made)
+    # Stopped cleanly, a sanitizer build reports leaks and errors here.
+    d2.send_signal(signal.SIGTERM)
+    assert d2.wait(timeout=HANG_S) == 0
+    log = d2.log.read_text(errors="replace")
+    assert not any(m in log for m in SANITIZER), log[-4000:]
