@@ -172,7 +172,12 @@ static void publish_state(struct shunt_conn *c, uint32_t bits)
 
 static uint32_t my_state(struct shunt_conn *c)
 {
-	return atomic_load_explicit(&c->me->state, memory_order_acquire);
+	uint32_t st = atomic_load_explicit(&c->me->state, memory_order_acquire);
+
+	/* A KERNEL bit found to be a lie (shunt_conn_kernel_lie) is not there. */
+	if (atomic_load_explicit(&c->kernel_lie, memory_order_relaxed))
+		st &= ~(uint32_t)SHUNT_END_KERNEL;
+	return st;
 }
 
 static bool is_dead(struct shunt_conn *c)
@@ -212,6 +217,17 @@ static void broken(struct shunt_conn *c)
 {
 	if (make_dead(c, ECONNRESET)) {
 		shunt_warn("circuit %llu: peer published impossible ring indices; resetting",
+			   (unsigned long long)c->circuit);
+		wake_self(c, SHUNT_WAKE_ALL);
+	}
+}
+
+void shunt_conn_kernel_lie(struct shunt_conn *c)
+{
+	atomic_store(&c->kernel_lie, true);
+	if (make_dead(c, ECONNRESET)) {
+		shunt_warn("circuit %llu: peer claimed the connection moved onto the kernel, "
+			   "which still has it in repair mode; resetting",
 			   (unsigned long long)c->circuit);
 		wake_self(c, SHUNT_WAKE_ALL);
 	}

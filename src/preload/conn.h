@@ -52,6 +52,7 @@ struct shunt_conn {
 	struct shunt_ring rx;		/* under me->rx_lock */
 	struct shunt_conn *retired_next;	/* the owning socket's list of shut connections */
 	bool let_go;			/* shunt_conn_shut ran: this process no longer holds it */
+	_Atomic bool kernel_lie;	/* its KERNEL bit was found false: ignored from now on */
 };
 
 /*
@@ -101,6 +102,13 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
  * now on they carry it, for this process and every other holder.
  */
 bool shunt_conn_moved(struct shunt_conn *c);
+
+/*
+ * The KERNEL bit of @c is a lie: the peer set it (shuntd sets it only after
+ * taking the kernel socket out of repair mode, and it was still in repair
+ * mode). The bit is ignored from now on and the connection is reset.
+ */
+void shunt_conn_kernel_lie(struct shunt_conn *c);
 
 /* After it moved: stop hearing of it and let go of it at shuntd, publishing nothing. */
 void shunt_conn_let_go(struct shunt_conn *c);

@@ -172,7 +172,9 @@ ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int
 	if (r == 0)
 		r = c ? shunt_conn_send(c, iov, iovcnt, flags, &io) : -EPIPE;
 	if (io.moved && r >= 0) {
-		shunt_sock_sync(s);
+		/* Only a move shuntd really made hands the call on (sockops.c checks). */
+		if (shunt_sock_sync(s) != SHUNT_SOCK_KERNEL)
+			return r > 0 ? r : -ECONNRESET;
 		/* A blocking send sends it all, as the kernel's would; a non-blocking one may stop. */
 		if (r == 0 || !io.nonblock)
 			return kernel_rest(fd, iov, iovcnt, flags, (size_t)r, true);
@@ -199,7 +201,8 @@ ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int
 	if (r == 0)
 		r = c ? shunt_conn_recv(c, iov, iovcnt, flags, &io) : -ENOTCONN;
 	if (io.moved && r >= 0) {
-		shunt_sock_sync(s);
+		if (shunt_sock_sync(s) != SHUNT_SOCK_KERNEL)
+			return r > 0 ? r : -ECONNRESET;
 		/* Bytes already copied are a short read; only MSG_WAITALL wants the rest. */
 		if (r == 0 || (flags & MSG_WAITALL))
 			return kernel_rest(fd, iov, iovcnt, flags, (size_t)r, false);

@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include "common/addr.h"
 #include "common/log.h"
@@ -153,6 +154,33 @@ static void to_kernel_locked(struct shunt_sock *s)
 	shunt_epoll_sock_moved(s);
 }
 
+/*
+ * Whether the kernel really carries @s's connection now. The KERNEL bit
+ * that says so is in the circuit, which the peer can write; shuntd sets it
+ * only after taking this socket out of TCP repair mode, so a socket still
+ * in repair mode (or none to ask) means the bit is a lie. Any descriptor of
+ * @s names the same kernel socket; a rare path, so a scan finds one.
+ */
+static bool kernel_took_over(struct shunt_sock *s)
+{
+	size_t high = shunt_fdt_high();
+
+	for (size_t fd = 0; fd < high; fd++) {
+		int repair = 1;
+		struct tcp_info ti = { .tcpi_state = TCP_CLOSE };
+		socklen_t len = sizeof(repair), tlen = sizeof(ti);
+
+		if (shunt_fdt_get((int)fd) != s)
+			continue;
+		/* Out of repair, and connected (a socket without companion never is). */
+		return shunt_libc.getsockopt((int)fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 &&
+		       repair == 0 &&
+		       shunt_libc.getsockopt((int)fd, IPPROTO_TCP, TCP_INFO, &ti, &tlen) == 0 &&
+		       ti.tcpi_state != TCP_CLOSE && ti.tcpi_state != TCP_LISTEN;
+	}
+	return false;
+}
+
 int shunt_sock_sync(struct shunt_sock *s)
 {
 	int st = shunt_sock_state(s);
@@ -164,8 +192,12 @@ int shunt_sock_sync(struct shunt_sock *s)
 	pthread_mutex_lock(&s->lock);
 	st = shunt_sock_state(s);
 	if (st == SHUNT_SOCK_CONNECTED && shunt_conn_moved(s->conn)) {
-		to_kernel_locked(s);
-		st = SHUNT_SOCK_KERNEL;
+		if (kernel_took_over(s)) {
+			to_kernel_locked(s);
+			st = SHUNT_SOCK_KERNEL;
+		} else {
+			shunt_conn_kernel_lie(s->conn);
+		}
 	} else if (st == SHUNT_SOCK_CONNECTING) {
 		uint32_t setup = atomic_load(&s->conn->hdr->setup);
 

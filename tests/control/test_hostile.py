@@ -292,14 +292,11 @@ def test_peer_killed_mid_message(pair):
 
 
 @pytest.mark.shunt
-@pytest.mark.xfail(strict=True, reason=(
-    "the victim believes a KERNEL bit the peer wrote and moves onto its kernel socket, "
-    "still in TCP_REPAIR: recv says EPERM, sends vanish into its own receive queue and "
-    "MSG_PEEK reads them back; the library must check the move with the kernel socket "
-    "(TCP_REPAIR off) or with shuntd before believing it (src/preload/sockops.c)"))
 def test_lie_that_the_connection_moved_onto_the_kernel(pair):
     """A peer that sets the victim's KERNEL bit, which only shuntd may set
-    once it moved the connection onto the ends' kernel sockets."""
+    once it moved the connection onto the ends' kernel sockets. The victim
+    checks with its kernel socket (still in TCP repair mode: a lie) and
+    resets the connection instead of moving onto it."""
     victim, rc, hostile, hrc = run_mode(pair, "kernel-bit")
     assert hrc is None, hostile.describe()
     check_victim(victim, rc)
