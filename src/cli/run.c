@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/reach.h"
 
 enum { EMBEDDED_IDLE_EXIT_S = 10 };
 
@@ -131,7 +132,7 @@ int shunt_cmd_run(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char path[4096], lib[4096], why[4352];
+	char path[4096], lib[4096], why[4352], unreached[8448];
 	int no_daemon = 0, c;
 
 	shunt_path_socket(path, sizeof(path));
@@ -167,6 +168,9 @@ int shunt_cmd_run(int argc, char **argv)
 			fprintf(stderr, "shunt: cannot set the environment: %s\n", strerror(errno));
 			return 1;
 		}
+		/* Run it all the same: it works, only without shared memory. */
+		if (shunt_reach_check(argv[optind], unreached, sizeof(unreached)))
+			fprintf(stderr, "shunt: %s\n", unreached);
 	}
 	execvp(argv[optind], argv + optind);
 	fprintf(stderr, "shunt: cannot run %s: %s\n", argv[optind], strerror(errno));

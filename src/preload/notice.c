@@ -3,11 +3,14 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
@@ -33,6 +36,82 @@ static struct shunt_conn **table[CHUNKS];
 static uint32_t *free_slots;
 static uint32_t nfree, next_fresh;
 static bool warned_routes;
+
+/*
+ * Threads asleep in poll/select: each waits on its own eventfd next to the
+ * hub. A drain that consumed hub edges or routed notices signals them all:
+ * the edge it took may have been the only wake-up another sleeper would
+ * get, since the kernel re-checks the hub, finds it empty and sleeps on.
+ */
+static pthread_mutex_t kick_lock = PTHREAD_MUTEX_INITIALIZER;
+static int *kick_fds;				/* under kick_lock */
+static size_t nkick, kick_cap;
+static _Thread_local int kick_fd = -1;		/* this thread's, made on first sleep */
+static pthread_key_t kick_key;			/* closes it when the thread exits */
+static pthread_once_t kick_once = PTHREAD_ONCE_INIT;
+
+static void kick_close(void *p)
+{
+	shunt_close_hidden((int)(intptr_t)p - 1);
+}
+
+static void kick_key_make(void)
+{
+	if (pthread_key_create(&kick_key, kick_close))
+		kick_key = (pthread_key_t)-1;
+}
+
+int shunt_notice_kick_begin(void)
+{
+	int fd;
+
+	if (kick_fd < 0) {
+		pthread_once(&kick_once, kick_key_make);
+		fd = (int)syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (fd < 0 || (fd = shunt_fd_hide(fd)) < 0)
+			return -1;
+		kick_fd = fd;
+		if (kick_key != (pthread_key_t)-1)
+			pthread_setspecific(kick_key, (void *)(intptr_t)(fd + 1));
+	}
+	pthread_mutex_lock(&kick_lock);
+	if (nkick == kick_cap) {
+		size_t cap = kick_cap ? 2 * kick_cap : 16;
+		int *k = realloc(kick_fds, cap * sizeof(*k));
+
+		if (!k) {
+			pthread_mutex_unlock(&kick_lock);
+			return -1;
+		}
+		kick_fds = k;
+		kick_cap = cap;
+	}
+	kick_fds[nkick++] = kick_fd;
+	pthread_mutex_unlock(&kick_lock);
+	return kick_fd;
+}
+
+void shunt_notice_kick_end(int fd)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&kick_lock);
+	for (size_t i = 0; i < nkick; i++)
+		if (kick_fds[i] == fd) {
+			kick_fds[i] = kick_fds[--nkick];
+			break;
+		}
+	pthread_mutex_unlock(&kick_lock);
+	(void)!syscall(SYS_read, fd, &v, sizeof(v));	/* reset; EAGAIN if never kicked */
+}
+
+static void kick_all(void)
+{
+	pthread_mutex_lock(&kick_lock);
+	for (size_t i = 0; i < nkick; i++)
+		shunt_eventfd_signal(kick_fds[i]);
+	pthread_mutex_unlock(&kick_lock);
+}
 
 /* Set by a drain that saw shuntd's pull slot; the next drain asks for what it has. */
 static _Atomic bool pull_pending;
@@ -350,13 +429,16 @@ static int drain_links(void)
 int shunt_notice_drain(bool hub_fired)
 {
 	int h = atomic_load_explicit(&hub, memory_order_acquire), n;
+	long took = 0, r;
 
 	if (hub_fired && h >= 0) {
 		struct epoll_event evs[32];
 
 		/* Consume the edges first: a notice posted after this wakes us again. */
-		while (syscall(SYS_epoll_wait, h, evs, 32, 0) == 32)
-			;
+		do {
+			r = syscall(SYS_epoll_wait, h, evs, 32, 0);
+			took += r > 0 ? r : 0;
+		} while (r == 32);
 	}
 	n = drain_links();
 	if (atomic_load_explicit(&pull_pending, memory_order_relaxed)) {
@@ -366,6 +448,9 @@ int shunt_notice_drain(bool hub_fired)
 	}
 	if (nmoved)
 		switch_moved();
+	/* Hand on what we took to the poll sleepers: theirs may be among it. */
+	if (took || n)
+		kick_all();
 	return n;
 }
 
@@ -414,6 +499,14 @@ void shunt_notice_after_fork(void)
 	pthread_mutex_init(&shunt_notice_lock, NULL);
 	pthread_mutex_init(&hub_lock, NULL);
 	pthread_mutex_init(&pull_lock, NULL);
+	pthread_mutex_init(&kick_lock, NULL);
+	nkick = 0;		/* the sleepers were the parent's threads */
+	if (kick_fd >= 0) {	/* shared with the parent's thread: make our own */
+		shunt_close_hidden(kick_fd);
+		kick_fd = -1;
+		if (kick_key != (pthread_key_t)-1)
+			pthread_setspecific(kick_key, NULL);
+	}
 	if (h >= 0)
 		shunt_close_hidden(h);
 	atomic_store(&hub, -1);

@@ -63,6 +63,15 @@ void shunt_notice_pull_asked(void);
 struct shunt_circuit_end;
 void shunt_notice_post(struct shunt_circuit_end *end, struct shunt_plink *_Atomic *cache);
 
+/*
+ * Around a poll/select sleep: list this thread's own eventfd (made on first
+ * use, closed when the thread exits), which every drain that consumed hub
+ * edges or routed notices signals; then unlist and reset it. begin returns
+ * the descriptor to wait on, or -1 (then only the hub wakes this thread).
+ */
+int shunt_notice_kick_begin(void);
+void shunt_notice_kick_end(int fd);
+
 /* Announce (+1) or withdraw (-1) a thread about to sleep on the hub. */
 void shunt_notice_sleepers(int delta);
 

@@ -74,7 +74,7 @@ struct poll_set {
 	struct pollfd *app;
 	nfds_t n;
 	struct entry *e;
-	struct pollfd *k;		/* kernel pollfds, plus one slot for the hub */
+	struct pollfd *k;		/* kernel pollfds, plus slots for the kick and the hub */
 	int nk;
 	bool has_circuits;
 };
@@ -94,7 +94,7 @@ static int set_build(struct poll_set *ps, struct pollfd *fds, nfds_t n)
 	ps->nk = 0;
 	ps->has_circuits = false;
 	ps->e = calloc(n ? n : 1, sizeof(*ps->e));
-	ps->k = calloc(2 * n + 1, sizeof(*ps->k));
+	ps->k = calloc(2 * n + 2, sizeof(*ps->k));
 	if (!ps->e || !ps->k) {
 		free(ps->e);
 		free(ps->k);
@@ -248,7 +248,11 @@ int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset
 		/* Sleep: kernel descriptors plus the notice hub, after arming the circuits. */
 		struct timespec left, *lp = NULL;
 		int nk = ps.nk, hub = ps.has_circuits ? shunt_notice_hub() : -1;
+		/* Listed before the drain below: a drain after it kicks us (see notice.c). */
+		int kick = hub >= 0 ? shunt_notice_kick_begin() : -1;
 
+		if (kick >= 0)
+			ps.k[nk++] = (struct pollfd){ kick, POLLIN, 0 };
 		if (hub >= 0)
 			ps.k[nk++] = (struct pollfd){ hub, POLLIN, 0 };
 		arm(&ps, 1);
@@ -268,6 +272,8 @@ int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset
 			hub_fired = hub >= 0 && (ps.k[nk - 1].revents & POLLIN);
 		}
 		arm(&ps, -1);
+		if (kick >= 0)
+			shunt_notice_kick_end(kick);
 		if (count) {
 			/* Ready before we slept: the kernel entries still need a fresh look. */
 			r = kernel_poll(&ps, ps.nk, &zero, NULL);

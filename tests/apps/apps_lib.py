@@ -117,8 +117,10 @@ class Server:
         return self.proc.pid
 
     def logs(self):
-        self.out.flush()
-        self.err.flush()
+        """The tails of its output files (also after stop())."""
+        for f in (self.out, self.err):
+            if not f.closed:
+                f.flush()
         return (f"--- {self.name} stdout ---\n"
                 + pathlib.Path(self.out.name).read_text(errors="replace")[-3000:]
                 + f"\n--- {self.name} stderr ---\n"
