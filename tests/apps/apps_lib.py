@@ -248,6 +248,46 @@ def listening(port):
 
 
 
+# ---- nginx
+
+_NGINX_CONF = """\
+daemon off;
+master_process on;
+worker_processes 2;
+{user}
+pid {dir}/nginx.pid;
+error_log {dir}/error.log info;
+events {{ worker_connections 256; }}
+http {{
+    access_log {access_log};
+    client_body_temp_path {dir}/client_body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    default_type application/octet-stream;
+{sendfile}    keepalive_requests 100000;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+    }}
+}}
+"""
+
+
+def nginx_conf(d, port, root, sendfile=False, access_log=True):
+    """An nginx.conf for a test: in the foreground, a master and 2 workers,
+    every file it writes under directory `d`, serving `root` on
+    127.0.0.1:`port`; with `sendfile`, files go out through sendfile()."""
+    # As root, nginx would run its workers as nobody, who cannot read a
+    # private temporary directory.
+    user = "user root;" if os.geteuid() == 0 else ""
+    return _NGINX_CONF.format(
+        user=user, dir=d, port=port, root=root,
+        access_log=f"{d}/access.log" if access_log else "off",
+        sendfile="    sendfile on;\n    tcp_nopush on;\n" if sendfile else "")
+
+
 # ---- the compatibility matrix
 
 def record(config, program, version, client, result, transport):

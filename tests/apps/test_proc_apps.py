@@ -26,34 +26,10 @@ import time
 import pytest
 
 from apps_lib import (START_TIMEOUT_S, STOP_TIMEOUT_S, assert_stats, free_port,  # noqa: F401
-                      listening, matrix_row, need, plain_mode, run_client, servers,
+                      listening, matrix_row, need, nginx_conf, plain_mode, run_client, servers,
                       shunt_mode, version_of)
 
 # ---- nginx: master + 2 workers, curl
-
-NGINX_CONF = """\
-daemon off;
-master_process on;
-worker_processes 2;
-{user}
-pid {dir}/nginx.pid;
-error_log {dir}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    access_log {dir}/access.log;
-    client_body_temp_path {dir}/client_body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    default_type application/octet-stream;
-    keepalive_requests 1000;
-    server {{
-        listen 127.0.0.1:{port};
-        root {dir}/www;
-    }}
-}}
-"""
 
 # Files served: name -> size. Several per curl run, so one connection
 # carries several requests (keep-alive), and a missing one for a 404.
@@ -66,10 +42,7 @@ def nginx_setup(tmp_path, port):
     (d / "www").mkdir(parents=True)
     for name, size in NGINX_FILES.items():
         (d / "www" / name).write_bytes(os.urandom(size))
-    # As root, nginx would run its workers as nobody, who cannot read a
-    # private temporary directory.
-    user = "user root;" if os.geteuid() == 0 else ""
-    (d / "nginx.conf").write_text(NGINX_CONF.format(dir=d, port=port, user=user))
+    (d / "nginx.conf").write_text(nginx_conf(d, port, d / "www"))
     return d
 
 

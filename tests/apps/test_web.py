@@ -21,34 +21,8 @@ import signal
 
 import pytest
 
-from apps_lib import (assert_stats, free_port, need, plain_mode, record,  # noqa: F401
+from apps_lib import (assert_stats, free_port, need, nginx_conf, plain_mode, record,  # noqa: F401
                       run_client, servers, shunt_mode, version_of)
-
-NGINX_CONF = """\
-daemon off;
-master_process on;
-worker_processes 2;
-{user}
-pid {dir}/nginx.pid;
-error_log {dir}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/client_body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    default_type application/octet-stream;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_requests 100000;
-    server {{
-        listen 127.0.0.1:{port};
-        root {www};
-    }}
-}}
-"""
 
 BIG = "big.bin"
 BIG_SIZE = 100 << 20
@@ -82,7 +56,7 @@ def www(tmp_path_factory):
             h.update(chunk)
             f.write(chunk)
     sums[BIG] = h.hexdigest()
-    # nginx workers run as root (user root below), so a private directory is fine.
+    # nginx workers run as root (apps_lib.nginx_conf), so a private directory is fine.
     return d, sums
 
 
@@ -96,8 +70,7 @@ def start_nginx(mode, servers, tmp_path, www_dir, nginx):
     port = free_port()
     d = tmp_path / f"nginx-{mode.name}"
     d.mkdir()
-    user = "user root;" if os.geteuid() == 0 else ""
-    (d / "nginx.conf").write_text(NGINX_CONF.format(dir=d, port=port, user=user, www=www_dir))
+    (d / "nginx.conf").write_text(nginx_conf(d, port, www_dir, sendfile=True, access_log=False))
     srv = servers(f"nginx-{mode.name}",
                   mode.argv([nginx, "-p", d, "-e", d / "error.log", "-c", d / "nginx.conf"]),
                   mode.env("nginx"), d)
