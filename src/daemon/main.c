@@ -160,6 +160,20 @@ static int make_socket_dir(const char *path)
 }
 
 /*
+ * Remove the control socket's file if it is still ours: if the lock file
+ * was removed by hand, a newer daemon may have bound the path since, and
+ * its clients must still find it.
+ */
+static void remove_socket_file(const struct shuntd *d)
+{
+	struct stat st;
+
+	if (stat(d->cfg.socket_path, &st) == 0 && st.st_dev == d->socket_dev &&
+	    st.st_ino == d->socket_ino)
+		unlink(d->cfg.socket_path);
+}
+
+/*
  * One daemon per socket path: PATH.lock, locked for as long as this daemon
  * lives (the kernel lets go of it however the daemon dies). Two daemons
  * starting at once cannot both replace a dead one's socket file.
@@ -190,6 +204,7 @@ static int open_control_socket(struct shuntd *d)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	const char *path = d->cfg.socket_path;
+	struct stat st;
 	int fd, probe;
 
 	if (strlen(path) >= sizeof(sun.sun_path)) {
@@ -225,6 +240,10 @@ static int open_control_socket(struct shuntd *d)
 		return -1;
 	}
 	chmod(path, d->cfg.socket_mode);
+	if (stat(path, &st) == 0) {
+		d->socket_dev = st.st_dev;
+		d->socket_ino = st.st_ino;
+	}
 	if (listen(fd, 256) < 0) {
 		shunt_err("listen on %s: %s", path, strerror(errno));
 		close(fd);
@@ -307,11 +326,11 @@ int main(int argc, char **argv)
 	if (open_control_socket(&d) < 0)
 		return 1;
 	if (shuntd_loop_init(&d) < 0 || shuntd_metrics_init(&d) < 0) {
-		unlink(d.cfg.socket_path);
+		remove_socket_file(&d);
 		return 1;
 	}
 	shunt_info("serving %s (ring %u bytes)", d.cfg.socket_path, d.cfg.ring_size);
 	r = shuntd_loop_run(&d);
-	unlink(d.cfg.socket_path);
+	remove_socket_file(&d);
 	return r < 0 ? 1 : 0;
 }

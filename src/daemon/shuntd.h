@@ -60,6 +60,8 @@ struct shuntd {
 	struct shuntd_config cfg;
 	int epfd;
 	int listen_fd;			/* the control socket */
+	dev_t socket_dev;		/* its file, to remove only our own at exit */
+	ino_t socket_ino;
 	uint64_t next_id;
 	uint64_t netns_self;		/* inode of the daemon's own network namespace */
 	int netns_self_fd;		/* that namespace, to return to after making a socket elsewhere */

@@ -487,3 +487,28 @@ def test_d_restarted_shuntd_serves_again_without_leaks(world):
     assert d2.wait(timeout=HANG_S) == 0
     log = d2.log.read_text(errors="replace")
     assert not any(m in log for m in SANITIZER), log[-4000:]
+
+
+@pytest.mark.shunt
+def test_e_a_daemon_removes_only_its_own_socket_file(build_dir, tmp_path):
+    """When someone removed a daemon's socket and lock files by hand and a
+    second daemon took the path, the first one's exit must leave the second
+    one's socket file alone (before, it unlinked the path whatever it was)."""
+    shuntd = str(build_dir / "src" / "daemon" / "shuntd")
+    path = str(tmp_path / "s.sock")
+    first = subprocess.Popen([shuntd, "--socket", path], stderr=subprocess.DEVNULL)
+    second = None
+    try:
+        wait_for(lambda: daemon_answers(path), "the first shuntd")
+        os.unlink(path)
+        os.unlink(path + ".lock")
+        second = subprocess.Popen([shuntd, "--socket", path], stderr=subprocess.DEVNULL)
+        wait_for(lambda: daemon_answers(path), "the second shuntd")
+        first.terminate()
+        assert first.wait(timeout=HANG_S) == 0
+        assert daemon_answers(path), "the first daemon's exit removed the second one's socket"
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
