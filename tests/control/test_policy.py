@@ -131,6 +131,8 @@ class Daemon:
         while not (os.path.exists(self.socket) and
                    (not self.metrics or os.path.exists(self.metrics))):
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()  # not stopped by the fixture: it never got there
+                self.proc.wait()
                 pytest.fail("shuntd did not start:\n" + self.log(), pytrace=False)
             time.sleep(0.02)
         self.children = []
