@@ -24,7 +24,8 @@ import time
 
 from apps_programs import (PANELS, PROGRAM_NAMES, PROGRAMS, REDIS_HIST_BUCKET_US, TARGETS,
                            ParseError, program_missing)
-from core import REPO, free_tcp_port, last_json, log, loud, spawn, stop, unix_listener_pids
+from core import (REPO, free_tcp_port, last_json, log, loud, mode_envs, spawn, stop,
+                  unix_listener_pids, write_doc)
 from epoll import DaemonAwareMeter, kill_and_collect
 from machine import LOAD_WARN_FRAC, check_idle, check_pinning, git_info, machine_info
 from report import fmt_num
@@ -178,13 +179,7 @@ class Runner:
         self.args = args
         self.bins = bins
         self.tmpdir = tmpdir
-        self.base_env = dict(os.environ)
-        if "LD_PRELOAD" in self.base_env:
-            loud("LD_PRELOAD is set in the environment (%s); removing it so the kernel "
-                 "mode measures the kernel" % self.base_env["LD_PRELOAD"])
-            del self.base_env["LD_PRELOAD"]
-        self.shunt_env = dict(self.base_env)
-        self.shunt_env["SHUNT_SOCKET"] = os.path.join(tmpdir, "shuntd.sock")
+        self.base_env, self.shunt_env = mode_envs(tmpdir)
         self.daemon = None
         self.session_no = 0
 
@@ -630,7 +625,7 @@ def parse_args():
                    help="wait up to SEC for other processes to leave the CPUs alone first")
     p.add_argument("--retry-disturbed", type=int, default=2, metavar="N",
                    help="run a session again, up to N times, when other processes used "
-                   "more than %d%% of the CPUs during it (default 2)" % (100 * LOAD_WARN_FRAC))
+                   "more than %d%%%% of the CPUs during it (default 2)" % (100 * LOAD_WARN_FRAC))
     p.add_argument("--keep-tmp", action="store_true",
                    help="keep the temporary directory (configs, server logs, SHUNT_STATS)")
     p.add_argument("--no-plot", action="store_true")
@@ -826,10 +821,7 @@ def main():
         "summary": summary,
         "sessions": sessions,
     }
-    json_path = os.path.join(out_dir, "apps.json")
-    with open(json_path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    json_path = write_doc(out_dir, "apps", doc)
 
     m = doc["machine"]
     print("\nshunt application benchmarks, %s, %s, %d CPUs, kernel %s, %d round(s)" % (

@@ -63,6 +63,28 @@ def loud(msg):
     log("%s\n!! %s\n%s" % (bar, msg, bar))
 
 
+def mode_envs(tmpdir):
+    """The environments of the two modes: the kernel one is ours without
+    LD_PRELOAD (said out loud if it was set: the kernel must be measured
+    plain); the shunt one adds a private SHUNT_SOCKET in @tmpdir."""
+    base = dict(os.environ)
+    if "LD_PRELOAD" in base:
+        loud("LD_PRELOAD is set in the environment (%s); removing it so the kernel "
+             "runs measure the kernel" % base["LD_PRELOAD"])
+        del base["LD_PRELOAD"]
+    shunt = dict(base, SHUNT_SOCKET=os.path.join(tmpdir, "shuntd.sock"))
+    return base, shunt
+
+
+def write_doc(out_dir, name, doc):
+    """Write a benchmark's result document as OUT_DIR/NAME.json; its path."""
+    path = os.path.join(out_dir, name + ".json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    return path
+
+
 def parse_size(text):
     t = text.strip()
     for suffix in ("iB", "B"):
@@ -121,14 +143,7 @@ class Runner:
         self.args = args
         self.bins = bins
         self.tmpdir = tmpdir
-        self.base_env = dict(os.environ)
-        if "LD_PRELOAD" in self.base_env:
-            loud("LD_PRELOAD is set in the environment (%s); removing it so "
-                 "the kernel series measure the kernel"
-                 % self.base_env["LD_PRELOAD"])
-            del self.base_env["LD_PRELOAD"]
-        self.shunt_env = dict(self.base_env)
-        self.shunt_env["SHUNT_SOCKET"] = os.path.join(tmpdir, "shuntd.sock")
+        self.base_env, self.shunt_env = mode_envs(tmpdir)
         self.timeout = args.warmup + args.duration + 20
 
     def common(self, mode, size, duration=None, warmup=None):
@@ -601,10 +616,7 @@ def main():
         "probes": probes,
         "runs": runs,
     }
-    json_path = os.path.join(out_dir, "core.json")
-    with open(json_path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    json_path = write_doc(out_dir, "core", doc)
 
     m = doc["machine"]
     print("\nshunt core benchmark, %s, %s, %d CPUs, kernel %s" % (

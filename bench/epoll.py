@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from core import (REPO, READY_TIMEOUT_S, check_shunt, free_tcp_port, last_json,
-                  log, loud, spawn, stop, stop_daemon, unix_listener_pids)
+                  log, loud, mode_envs, spawn, stop, stop_daemon, unix_listener_pids, write_doc)
 from machine import LOAD_WARN_FRAC, LoadMeter, check_idle, check_pinning, git_info, machine_info
 from report import COLORS, fmt_num
 
@@ -135,13 +135,7 @@ class Runner:
         self.args = args
         self.bins = bins
         self.tmpdir = tmpdir
-        self.base_env = dict(os.environ)
-        if "LD_PRELOAD" in self.base_env:
-            loud("LD_PRELOAD is set in the environment (%s); removing it so "
-                 "the kernel series measure the kernel" % self.base_env["LD_PRELOAD"])
-            del self.base_env["LD_PRELOAD"]
-        self.shunt_env = dict(self.base_env)
-        self.shunt_env["SHUNT_SOCKET"] = os.path.join(tmpdir, "shuntd.sock")
+        self.base_env, self.shunt_env = mode_envs(tmpdir)
         self.run_no = 0
 
     def cmds(self, test, conns):
@@ -827,10 +821,7 @@ def main():
         "probes": sess.probes,
         "runs": runs,
     }
-    json_path = os.path.join(out_dir, "epoll.json")
-    with open(json_path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    json_path = write_doc(out_dir, "epoll", doc)
 
     m = doc["machine"]
     print("\nshunt epoll echo benchmark, %s, %s, %d CPUs, kernel %s" % (

@@ -27,7 +27,8 @@ import sys
 import tempfile
 import time
 
-from core import REPO, check_shunt, free_tcp_port, last_json, log, loud, spawn, stop_daemon
+from core import (REPO, check_shunt, free_tcp_port, last_json, log, loud, spawn, stop_daemon,
+                  write_doc)
 from epoll import DaemonAwareMeter, Runner as PairRunner, check_on_shm, kill_and_collect
 from machine import LOAD_WARN_FRAC, check_idle, check_pinning, git_info, machine_info
 from report import COLORS, fmt_num
@@ -791,10 +792,7 @@ def main():
         "summary": summary,
         "runs": runs,
     }
-    json_path = os.path.join(out_dir, "share.json")
-    with open(json_path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    json_path = write_doc(out_dir, "share", doc)
 
     m = doc["machine"]
     print("\nshunt sharing benchmark, %s, %s, %d CPUs, kernel %s" % (
