@@ -85,6 +85,22 @@ def write_doc(out_dir, name, doc):
     return path
 
 
+def drop_shunt_series(runner, bins, series, notes):
+    """Take "shunt" out of @series (noting why in @notes) when the CLI is not
+    built or check_shunt finds it cannot run; the reason, or None."""
+    if "shunt" not in series:
+        return None
+    if not os.access(bins["shunt"], os.X_OK):
+        why = "%s does not exist (build src/cli first)" % bins["shunt"]
+    else:
+        why = check_shunt(runner)
+    if why:
+        loud("SKIPPING the shunt series: " + why + "\n!! its targets will read SKIP")
+        notes.append("shunt series skipped: " + why)
+        series.remove("shunt")
+    return why
+
+
 def parse_size(text):
     t = text.strip()
     for suffix in ("iB", "B"):
@@ -505,17 +521,7 @@ def main():
     tmpdir = tempfile.mkdtemp(prefix="shunt-bench-")
     runner = Runner(args, bins, tmpdir)
 
-    shunt_skip = None
-    if "shunt" in series:
-        if not os.access(bins["shunt"], os.X_OK):
-            shunt_skip = "%s does not exist (build src/cli first)" % bins["shunt"]
-        else:
-            shunt_skip = check_shunt(runner)
-        if shunt_skip:
-            loud("SKIPPING the shunt series: " + shunt_skip +
-                 "\n!! the shunt targets below will read SKIP")
-            notes.append("shunt series skipped: " + shunt_skip)
-            series.remove("shunt")
+    shunt_skip = drop_shunt_series(runner, bins, series, notes)
 
     log("core.py: sizes %s, series %s, modes %s, %d x %.2f s (+%.2f s warm-up) per point, "
         "server on cpu %d, client on cpu %d; results in %s"

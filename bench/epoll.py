@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from core import (REPO, READY_TIMEOUT_S, check_shunt, free_tcp_port, last_json,
+from core import (REPO, READY_TIMEOUT_S, drop_shunt_series, free_tcp_port, last_json,
                   log, loud, mode_envs, spawn, stop, stop_daemon, unix_listener_pids, write_doc)
 from machine import LOAD_WARN_FRAC, LoadMeter, check_idle, check_pinning, git_info, machine_info
 from report import COLORS, fmt_num
@@ -700,17 +700,7 @@ def main():
     tmpdir = tempfile.mkdtemp(prefix="shunt-epoll-")
     runner = Runner(args, bins, tmpdir)
 
-    shunt_skip = None
-    if "shunt" in series:
-        if not os.access(bins["shunt"], os.X_OK):
-            shunt_skip = "%s does not exist (build src/cli first)" % bins["shunt"]
-        else:
-            shunt_skip = check_shunt(runner)
-        if shunt_skip:
-            loud("SKIPPING the shunt series: " + shunt_skip +
-                 "\n!! the shunt target below will read SKIP")
-            notes.append("shunt series skipped: " + shunt_skip)
-            series.remove("shunt")
+    shunt_skip = drop_shunt_series(runner, bins, series, notes)
 
     log("epoll.py: tests %s, echo N=%s (x%d), idle N=%s (x%d), series %s, %d B, window %d, "
         "%.2f s (+%.2f s warm-up) per run, server on cpu %d, client on cpu %d; results in %s"

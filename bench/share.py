@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 
-from core import (REPO, check_shunt, free_tcp_port, last_json, log, loud, spawn, stop_daemon,
-                  write_doc)
+from core import (REPO, drop_shunt_series, free_tcp_port, last_json, log, loud, spawn,
+                  stop_daemon, write_doc)
 from epoll import DaemonAwareMeter, Runner as PairRunner, check_on_shm, kill_and_collect
 from machine import LOAD_WARN_FRAC, check_idle, check_pinning, git_info, machine_info
 from report import COLORS, fmt_num
@@ -662,16 +662,7 @@ def main():
     tmpdir = tempfile.mkdtemp(prefix="shunt-share-")
     runner = Runner(args, bins, tmpdir)
 
-    shunt_skip = None
-    if "shunt" in series:
-        if not os.access(bins["shunt"], os.X_OK):
-            shunt_skip = "%s does not exist (build src/cli first)" % bins["shunt"]
-        else:
-            shunt_skip = check_shunt(runner)
-        if shunt_skip:
-            loud("SKIPPING the shunt series: " + shunt_skip)
-            notes.append("shunt series skipped: " + shunt_skip)
-            series.remove("shunt")
+    shunt_skip = drop_shunt_series(runner, bins, series, notes)
 
     pinning = ("percall: one process pinned to CPU %d (its idle thread or child too); rate: "
                "every receiving thread pinned to CPU %d, every sending thread to CPU %d: "
