@@ -209,28 +209,28 @@ static uint32_t sync_peer(struct shunt_conn *c)
 }
 
 /*
- * The peer wrote indices that cannot be: treat the connection as reset.
- * No notice of it comes from the peer, so our own poll and epoll watchers
- * (other threads, other holders) hear of it from us.
+ * The peer published something that cannot be (@lie says what): treat the
+ * connection as reset. No notice of it comes from the peer, so our own
+ * poll and epoll watchers (other threads, other holders) hear of it from us.
  */
-static void broken(struct shunt_conn *c)
+static void reset_for_lie(struct shunt_conn *c, const char *lie)
 {
 	if (make_dead(c, ECONNRESET)) {
-		shunt_warn("circuit %llu: peer published impossible ring indices; resetting",
-			   (unsigned long long)c->circuit);
+		shunt_warn("circuit %llu: peer %s; resetting", (unsigned long long)c->circuit, lie);
 		wake_self(c, SHUNT_WAKE_ALL);
 	}
+}
+
+static void broken(struct shunt_conn *c)
+{
+	reset_for_lie(c, "published impossible ring indices");
 }
 
 void shunt_conn_kernel_lie(struct shunt_conn *c)
 {
 	atomic_store(&c->kernel_lie, true);
-	if (make_dead(c, ECONNRESET)) {
-		shunt_warn("circuit %llu: peer claimed the connection moved onto the kernel, "
-			   "which still has it in repair mode; resetting",
-			   (unsigned long long)c->circuit);
-		wake_self(c, SHUNT_WAKE_ALL);
-	}
+	reset_for_lie(c, "claimed the connection moved onto the kernel, which still has it "
+		      "in repair mode");
 }
 
 /*
