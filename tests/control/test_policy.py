@@ -243,8 +243,10 @@ class Daemon:
         mark = len(self.log())
         os.kill(self.proc.pid, signal.SIGHUP)
         deadline = time.monotonic() + 5
-        while "policy" not in self.log()[mark:]:
-            assert time.monotonic() < deadline, "no log line after SIGHUP:\n" + self.log()
+        # Its verdict names the file, loaded or refused ("SIGHUP: reading the
+        # policy again" comes first and does not).
+        while self.config.name not in self.log()[mark:]:
+            assert time.monotonic() < deadline, "no verdict after SIGHUP:\n" + self.log()
             time.sleep(0.02)
         return self.log()[mark:]
 
