@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/circuit.h"
+#include "common/sys.h"
 
 bool shunt_circuit_ring_size_ok(uint32_t ring_size)
 {
@@ -29,7 +30,7 @@ int shunt_circuit_map(int memfd, uint32_t ring_size, struct shunt_circuit_hdr **
 	if (!S_ISREG(st.st_mode) || (size_t)st.st_size != size)
 		return -EPROTO;
 	/* A raw call: in the preload, fcntl() is the library's own wrapper. */
-	seals = (int)syscall(SYS_fcntl, memfd, F_GET_SEALS);
+	seals = (int)shunt_syscall(SYS_fcntl, memfd, F_GET_SEALS);
 	if (seals < 0)
 		return -errno;
 	if (!(seals & F_SEAL_SHRINK))

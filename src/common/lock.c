@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common/lock.h"
+#include "common/sys.h"
 
 enum {
 	SPINS = 200,			/* the owner is copying: it is done in a moment */
@@ -35,7 +36,7 @@ static bool owner_gone(uint32_t owner, uint32_t me)
 {
 	if (owner == 0 || owner == me)
 		return false;
-	return syscall(SYS_kill, (pid_t)owner, 0) < 0 && errno == ESRCH;
+	return shunt_syscall(SYS_kill, (pid_t)owner, 0) < 0 && errno == ESRCH;
 }
 
 int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline, bool *other)

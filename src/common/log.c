@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 
 /* Written once by shunt_log_setup before any thread logs. */
 static const char *log_prefix = "shunt";
@@ -53,6 +54,6 @@ void shunt_log(enum shunt_log_level level, const char *fmt, ...)
 	if (n > (int)sizeof(line) - 2)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	(void)!syscall(SYS_write, 2, line, (size_t)n);
+	(void)!shunt_syscall(SYS_write, 2, line, (size_t)n);
 	errno = saved;
 }

@@ -76,7 +76,7 @@ void shunt_proto_close_fds(const int *fds, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
 		if (fds[i] >= 0)
-			syscall(SYS_close, fds[i]);
+			shunt_syscall(SYS_close, fds[i]);
 }
 
 int shunt_proto_send(int sock, const void *msg, const int *fds, unsigned nfds)
@@ -105,7 +105,7 @@ int shunt_proto_send(int sock, const void *msg, const int *fds, unsigned nfds)
 		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
 	}
 	do
-		r = shunt_sys_ret(syscall(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL));
+		r = shunt_sys_ret(shunt_syscall(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL));
 	while (r == -EINTR);
 	if (r < 0)
 		return (int)r;
@@ -125,7 +125,7 @@ ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flag
 	long r;
 
 	do
-		r = shunt_sys_ret(syscall(SYS_recvmsg, sock, &mh, MSG_CMSG_CLOEXEC | flags));
+		r = shunt_sys_ret(shunt_syscall(SYS_recvmsg, sock, &mh, MSG_CMSG_CLOEXEC | flags));
 	while (r == -EINTR && !(flags & MSG_DONTWAIT));
 	if (r < 0)
 		return r;
@@ -142,7 +142,7 @@ ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flag
 			if (n < SHUNT_MSG_MAX_FDS) {
 				fds[n++] = tmp[i];
 			} else {
-				syscall(SYS_close, tmp[i]);
+				shunt_syscall(SYS_close, tmp[i]);
 				r = -EPROTO;
 			}
 		}

@@ -19,6 +19,15 @@ static inline long shunt_sys_ret(long r)
 }
 
 /*
+ * The C library's syscall(), found once with dlsym(RTLD_NEXT): a system
+ * call that no interposer sees, libshunt's own syscall() wrapper included.
+ * Every system call the library makes on its own behalf goes through here,
+ * so that it is never mistaken for one of the application's. Same contract
+ * as syscall(2): the result, or -1 with errno set.
+ */
+long shunt_syscall(long nr, ...);
+
+/*
  * Wait while *word == @val, at most @rel (NULL: forever). Shared (not
  * FUTEX_PRIVATE) because the word lives in memory mapped by other processes.
  * Returns 0 when woken or the value differed, -ETIMEDOUT, or -EINTR when a
@@ -28,7 +37,7 @@ static inline long shunt_sys_ret(long r)
 static inline int shunt_futex_wait(_Atomic uint32_t *word, uint32_t val,
 				   const struct timespec *rel)
 {
-	long r = syscall(SYS_futex, word, FUTEX_WAIT, val, rel, NULL, 0);
+	long r = shunt_syscall(SYS_futex, word, FUTEX_WAIT, val, rel, NULL, 0);
 	if (r == 0)
 		return 0;
 	return errno == EAGAIN ? 0 : -errno;
@@ -36,14 +45,14 @@ static inline int shunt_futex_wait(_Atomic uint32_t *word, uint32_t val,
 
 static inline void shunt_futex_wake(_Atomic uint32_t *word, int n)
 {
-	syscall(SYS_futex, word, FUTEX_WAKE, n, NULL, NULL, 0);
+	shunt_syscall(SYS_futex, word, FUTEX_WAKE, n, NULL, NULL, 0);
 }
 
 /* Add 1 to an eventfd; a full counter (never in practice) still wakes. */
 static inline void shunt_eventfd_signal(int efd)
 {
 	uint64_t one = 1;
-	(void)!syscall(SYS_write, efd, &one, sizeof(one));
+	(void)!shunt_syscall(SYS_write, efd, &one, sizeof(one));
 }
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/sys.h"
 #include "preload/control.h"
 #include "preload/plink.h"
 #include "preload/relisten.h"
@@ -99,10 +100,10 @@ static int open_session_locked(void)
 		return 0;
 	if (!ctl_addr.sun_path[0] || shunt_now_ns() < ctl_retry_at)
 		return -ENOTCONN;
-	fd = (int)syscall(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	fd = (int)shunt_syscall(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (syscall(SYS_connect, fd, &ctl_addr, sizeof(ctl_addr)) < 0) {
+	if (shunt_syscall(SYS_connect, fd, &ctl_addr, sizeof(ctl_addr)) < 0) {
 		r = -errno;
 		shunt_close_internal(fd);
 		if (!ctl_warned)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/epoll.h"
 #include "preload/fdtable.h"
@@ -37,7 +38,7 @@ static struct shunt_epoll *ep_all;	/* under pool_lock: every instance object eve
 
 static long kctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	return syscall(SYS_epoll_ctl, epfd, op, fd, ev) < 0 ? -errno : 0;
+	return shunt_syscall(SYS_epoll_ctl, epfd, op, fd, ev) < 0 ? -errno : 0;
 }
 
 static struct shunt_epoll *ep_new(void)
@@ -115,7 +116,7 @@ static void reg_free(struct shunt_reg *r)
 int shunt_epoll_create(int flags)
 {
 	struct epoll_event bell = { .events = EPOLLIN };
-	int fd = (int)syscall(SYS_epoll_create1, flags), dup;
+	int fd = (int)shunt_syscall(SYS_epoll_create1, flags), dup;
 	struct shunt_epoll *ep;
 
 	if (fd < 0)
@@ -123,9 +124,9 @@ int shunt_epoll_create(int flags)
 	ep = shunt_enabled() ? ep_new() : NULL;
 	if (!ep)
 		return fd;	/* a plain kernel instance: nothing breaks */
-	dup = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0);
+	dup = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0);
 	ep->kfd = dup >= 0 ? shunt_fd_hide(dup) : -1;
-	ep->bell = (int)syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ep->bell = (int)shunt_syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (ep->bell >= 0)
 		ep->bell = shunt_fd_hide(ep->bell);
 	bell.data.ptr = &ep->bell_mark;
@@ -155,7 +156,7 @@ static void ring_locked(struct shunt_epoll *ep)
 
 	if ((ep->bell_set && !exposed) || (!ep->sleepers && !exposed))
 		return;
-	if (syscall(SYS_write, ep->bell, &one, sizeof(one)) == sizeof(one))
+	if (shunt_syscall(SYS_write, ep->bell, &one, sizeof(one)) == sizeof(one))
 		ep->bell_set = true;
 }
 
@@ -165,7 +166,7 @@ void shunt_epoll_unring_locked(struct shunt_epoll *ep)
 
 	if (!ep->bell_set || !shunt_list_empty(&ep->ready))
 		return;
-	(void)!syscall(SYS_read, ep->bell, &v, sizeof(v));
+	(void)!shunt_syscall(SYS_read, ep->bell, &v, sizeof(v));
 	ep->bell_set = false;
 }
 
@@ -237,7 +238,7 @@ bool shunt_epoll_readable(struct shunt_epoll *ep)
 			nested_prune(r->inner);
 	}
 	pthread_mutex_unlock(&shunt_notice_lock);
-	return syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 && (p.revents & POLLIN);
+	return shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 && (p.revents & POLLIN);
 }
 
 /* The mode a registration of @s should have now. */

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/sys.h"
 #include "preload/epoll.h"
 #include "preload/notice.h"
 #include "preload/ops.h"
@@ -94,7 +95,7 @@ static int harvest_now(struct shunt_epoll *ep, struct harvest *h)
 	/* Never take more than fits: an edge-triggered event taken is gone. */
 	if (room <= 0)
 		return 0;
-	nk = (int)syscall(SYS_epoll_wait, ep->kfd, k, room < KBUF ? room : KBUF, 0);
+	nk = (int)shunt_syscall(SYS_epoll_wait, ep->kfd, k, room < KBUF ? room : KBUF, 0);
 	if (nk < 0)
 		return -errno;
 	absorb(ep, k, nk, h);
@@ -179,7 +180,7 @@ static int sleep_kernel(struct shunt_epoll *ep, struct harvest *h, int64_t deadl
 		ts.tv_nsec = left % 1000000000;
 		tsp = &ts;
 	}
-	nk = (int)syscall(SYS_epoll_pwait2, ep->kfd, k, room < KBUF ? room : KBUF, tsp, mask,
+	nk = (int)shunt_syscall(SYS_epoll_pwait2, ep->kfd, k, room < KBUF ? room : KBUF, tsp, mask,
 			  mask ? _NSIG / 8 : 0);
 	if (nk < 0)
 		return -errno;
@@ -194,9 +195,9 @@ static void hub_sleeper(struct shunt_epoll *ep, int delta)
 
 	pthread_mutex_lock(&ep->lock);
 	if (delta > 0 && ep->sleepers++ == 0)
-		syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_ADD, shunt_notice_hub(), &ev);
+		shunt_syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_ADD, shunt_notice_hub(), &ev);
 	if (delta < 0 && --ep->sleepers == 0)
-		syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_DEL, shunt_notice_hub(), NULL);
+		shunt_syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_DEL, shunt_notice_hub(), NULL);
 	pthread_mutex_unlock(&ep->lock);
 }
 
@@ -226,7 +227,7 @@ static int wait_null(struct shunt_epoll *ep, int64_t timeout_ns, const sigset_t 
 			tsp = &ts;
 		}
 		shunt_notice_sleepers(+1);
-		long r = syscall(SYS_ppoll, p, 2, tsp, mask, mask ? _NSIG / 8 : 0);
+		long r = shunt_syscall(SYS_ppoll, p, 2, tsp, mask, mask ? _NSIG / 8 : 0);
 
 		shunt_notice_sleepers(-1);
 		if (r < 0)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 #include "preload/fdtable.h"
 #include "preload/file.h"
 
@@ -46,16 +47,16 @@ static size_t fd_ceiling(void)
 	size_t n = 1u << 20;
 	char buf[32];
 	/* Raw calls: read() and close() are our own wrappers, and we are starting. */
-	int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
+	int fd = (int)shunt_syscall(SYS_openat, AT_FDCWD, "/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
 
 	if (fd >= 0) {
-		ssize_t r = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+		ssize_t r = shunt_syscall(SYS_read, fd, buf, sizeof(buf) - 1);
 
 		if (r > 0) {
 			buf[r] = 0;
 			n = strtoul(buf, NULL, 10);
 		}
-		syscall(SYS_close, fd);
+		shunt_syscall(SYS_close, fd);
 	}
 	if (n < 1024)
 		n = 1024;

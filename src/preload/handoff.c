@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <sys/syscall.h>
 
+#include "common/sys.h"
 #include "preload/fdtable.h"
 #include "preload/handoff.h"
 #include "preload/ops.h"
@@ -31,7 +32,7 @@ static void hand_on(int fd)
 
 static bool survives_exec(int fd)
 {
-	long flags = syscall(SYS_fcntl, fd, F_GETFD);
+	long flags = shunt_syscall(SYS_fcntl, fd, F_GETFD);
 
 	return flags >= 0 && !(flags & FD_CLOEXEC);
 }
@@ -117,13 +118,13 @@ void shunt_handoff_received(const struct msghdr *msg)
 void shunt_handoff_inherited(void)
 {
 	char buf[4096];
-	int dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
+	int dir = (int)shunt_syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
 			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	long n;
 
 	if (dir < 0)
 		return;
-	while ((n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+	while ((n = shunt_syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
 		for (long off = 0; off < n;) {
 			struct dirent64 *e = (struct dirent64 *)(buf + off);
 			char *end;
@@ -135,5 +136,5 @@ void shunt_handoff_inherited(void)
 			shunt_op_adopt_listener((int)fd);
 		}
 	}
-	syscall(SYS_close, dir);
+	shunt_syscall(SYS_close, dir);
 }

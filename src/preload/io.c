@@ -16,6 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/epoll.h"
 #include "preload/libc.h"
@@ -118,7 +119,7 @@ static bool opt_nonblock(struct shunt_sock *s, int fd)
 
 	if (v == atomic_load(&s->nonblock))
 		return v;
-	fl = syscall(SYS_fcntl, fd, F_GETFL);
+	fl = shunt_syscall(SYS_fcntl, fd, F_GETFL);
 	if (fl < 0)
 		return atomic_load(&s->nonblock);
 	v = fl & O_NONBLOCK;
@@ -292,11 +293,11 @@ ssize_t shunt_op_sendfile(struct shunt_sock *s, int out_fd, int in_fd, off_t *of
 /* Room left in pipe @fd, or -errno. */
 static long pipe_room(int fd)
 {
-	int size = (int)syscall(SYS_fcntl, fd, F_GETPIPE_SZ), used = 0;
+	int size = (int)shunt_syscall(SYS_fcntl, fd, F_GETPIPE_SZ), used = 0;
 
 	if (size < 0)
 		return -errno;
-	if (syscall(SYS_ioctl, fd, FIONREAD, &used) < 0)
+	if (shunt_syscall(SYS_ioctl, fd, FIONREAD, &used) < 0)
 		return -errno;
 	return size - used;
 }
@@ -331,7 +332,7 @@ ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct
 
 			if (msg)
 				return -EAGAIN;
-			if (syscall(SYS_ppoll, &p, 1, NULL, NULL, 0) < 0)
+			if (shunt_syscall(SYS_ppoll, &p, 1, NULL, NULL, 0) < 0)
 				return -errno;
 			room = pipe_room(fd_out);
 			if (room <= 0)
@@ -344,7 +345,7 @@ ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct
 		iov.iov_len = (size_t)r;
 		if (out)
 			return shunt_op_send(out, fd_out, &iov, 1, msg);
-		r = syscall(SYS_write, fd_out, buf, (size_t)r);
+		r = shunt_syscall(SYS_write, fd_out, buf, (size_t)r);
 		return r < 0 ? -errno : r;
 	}
 	/* Pipe to socket: no more than the ring takes now when we must not block. */
@@ -356,7 +357,7 @@ ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct
 		if (len > free_now)
 			len = free_now;
 	}
-	r = syscall(SYS_read, fd_in, buf, len);
+	r = shunt_syscall(SYS_read, fd_in, buf, len);
 	if (r <= 0)
 		return r < 0 ? -errno : 0;
 	iov = (struct iovec){ buf, (size_t)r };

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
+#include "common/sys.h"
 #include "preload/libc.h"
 
 struct shunt_libc shunt_libc;
@@ -17,9 +18,9 @@ static void die_missing(const char *name)
 {
 	static const char pre[] = "shunt: the C library has no symbol ";
 	/* No stdio: we may be called from inside the application's I/O. */
-	(void)!syscall(SYS_write, 2, pre, sizeof(pre) - 1);
-	(void)!syscall(SYS_write, 2, name, strlen(name));
-	(void)!syscall(SYS_write, 2, "; cannot continue\n", 18);
+	(void)!shunt_syscall(SYS_write, 2, pre, sizeof(pre) - 1);
+	(void)!shunt_syscall(SYS_write, 2, name, strlen(name));
+	(void)!shunt_syscall(SYS_write, 2, "; cannot continue\n", 18);
 	abort();
 }
 

@@ -67,7 +67,7 @@ int shunt_notice_kick_begin(void)
 
 	if (kick_fd < 0) {
 		pthread_once(&kick_once, kick_key_make);
-		fd = (int)syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
+		fd = (int)shunt_syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (fd < 0 || (fd = shunt_fd_hide(fd)) < 0)
 			return -1;
 		kick_fd = fd;
@@ -102,7 +102,7 @@ void shunt_notice_kick_end(int fd)
 			break;
 		}
 	pthread_mutex_unlock(&kick_lock);
-	(void)!syscall(SYS_read, fd, &v, sizeof(v));	/* reset; EAGAIN if never kicked */
+	(void)!shunt_syscall(SYS_read, fd, &v, sizeof(v));	/* reset; EAGAIN if never kicked */
 }
 
 static void kick_all(void)
@@ -126,7 +126,7 @@ int shunt_notice_hub(void)
 	pthread_mutex_lock(&hub_lock);
 	h = atomic_load_explicit(&hub, memory_order_relaxed);
 	if (h < 0) {
-		h = (int)syscall(SYS_epoll_create1, EPOLL_CLOEXEC);
+		h = (int)shunt_syscall(SYS_epoll_create1, EPOLL_CLOEXEC);
 		if (h >= 0)
 			h = shunt_fd_hide(h);
 		else
@@ -143,7 +143,7 @@ void shunt_notice_watch_efd(int efd, struct shunt_plink *l)
 	int h = shunt_notice_hub();
 
 	/* Edge-triggered: each write is one wake-up, and nobody ever resets it. */
-	if (h >= 0 && syscall(SYS_epoll_ctl, h, EPOLL_CTL_ADD, efd, &ev) < 0 && errno != EEXIST)
+	if (h >= 0 && shunt_syscall(SYS_epoll_ctl, h, EPOLL_CTL_ADD, efd, &ev) < 0 && errno != EEXIST)
 		shunt_warn("cannot watch link %llu: %s", (unsigned long long)l->id, strerror(errno));
 }
 
@@ -152,7 +152,7 @@ void shunt_notice_unwatch_efd(int efd)
 	int h = atomic_load_explicit(&hub, memory_order_acquire);
 
 	if (h >= 0)
-		syscall(SYS_epoll_ctl, h, EPOLL_CTL_DEL, efd, NULL);
+		shunt_syscall(SYS_epoll_ctl, h, EPOLL_CTL_DEL, efd, NULL);
 }
 
 static struct shunt_conn **slot_entry(uint32_t slot, bool make)
@@ -436,7 +436,7 @@ int shunt_notice_drain(bool hub_fired)
 
 		/* Consume the edges first: a notice posted after this wakes us again. */
 		do {
-			r = syscall(SYS_epoll_wait, h, evs, 32, 0);
+			r = shunt_syscall(SYS_epoll_wait, h, evs, 32, 0);
 			took += r > 0 ? r : 0;
 		} while (r == 32);
 	}

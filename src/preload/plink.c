@@ -79,7 +79,7 @@ static void set_efd(struct shunt_plink *l, unsigned i, int fd)
 	/* Unused (the daemon link's other side): an old descriptor there stays as it is. */
 	if (fd < 0)
 		return;
-	if (l->efd[i] >= 0 && syscall(SYS_dup3, fd, l->efd[i], O_CLOEXEC) >= 0) {
+	if (l->efd[i] >= 0 && shunt_syscall(SYS_dup3, fd, l->efd[i], O_CLOEXEC) >= 0) {
 		shunt_close_internal(fd);
 		return;
 	}

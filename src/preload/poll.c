@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
+#include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/epoll.h"
 #include "preload/fdtable.h"
@@ -54,11 +55,11 @@ unsigned shunt_sock_poll_mask(struct shunt_sock *s, int fd)
 		if (setup == SHUNT_SETUP_PENDING)
 			return 0;
 		/* Refused: what the kernel half says, plus the pending error. */
-		mask = syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ? (unsigned)p.revents : 0;
+		mask = shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ? (unsigned)p.revents : 0;
 		return mask | POLLERR;
 	}
 	/* Not a circuit (any more): the kernel half, plus a refused circuit's error. */
-	mask = syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ? (unsigned)p.revents : 0;
+	mask = shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ? (unsigned)p.revents : 0;
 	return mask | (atomic_load(&s->so_error) ? POLLERR : 0);
 }
 
@@ -160,7 +161,7 @@ static int set_collect(struct poll_set *ps)
 
 			e->kidx = ps->nk;
 			ps->k[ps->nk++] = (struct pollfd){ ps->app[i].fd, ps->app[i].events, 0 };
-			syscall(SYS_ppoll, &ps->k[e->kidx], 1, &zero, NULL, 0);
+			shunt_syscall(SYS_ppoll, &ps->k[e->kidx], 1, &zero, NULL, 0);
 		}
 		if (e->sock && e->kidx < 0)
 			rev = (short)(shunt_sock_poll_mask(e->sock, ps->app[i].fd) & want);
@@ -183,7 +184,7 @@ static int kernel_poll(struct poll_set *ps, int nk, const struct timespec *ts,
 {
 	if (!nk && ts && !ts->tv_sec && !ts->tv_nsec)
 		return 0;
-	long r = syscall(SYS_ppoll, ps->k, nk, ts, mask, mask ? _NSIG / 8 : 0);
+	long r = shunt_syscall(SYS_ppoll, ps->k, nk, ts, mask, mask ? _NSIG / 8 : 0);
 
 	return r < 0 ? -errno : (int)r;
 }

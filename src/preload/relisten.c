@@ -42,14 +42,14 @@ static void drain(int bell)
 {
 	uint64_t v;
 
-	while (syscall(SYS_read, bell, &v, sizeof(v)) == (long)sizeof(v))
+	while (shunt_syscall(SYS_read, bell, &v, sizeof(v)) == (long)sizeof(v))
 		;
 }
 
 /* Whether descriptors @a and @b are the same open file: 1, 0, or -1 if we cannot tell. */
 static int same_file(int a, int b)
 {
-	long r = syscall(SYS_kcmp, shunt_pid, shunt_pid, KCMP_FILE, a, b);
+	long r = shunt_syscall(SYS_kcmp, shunt_pid, shunt_pid, KCMP_FILE, a, b);
 
 	return r < 0 ? -1 : r == 0;
 }
@@ -136,7 +136,7 @@ static void renew(struct shunt_sock *s, int fd)
 	if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || s->doorbell < 0)
 		goto out;
 	/* Our own descriptor of the socket: the application may close @fd meanwhile. */
-	kfd = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0);
+	kfd = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0);
 	if (kfd < 0)
 		goto out;
 	now = shunt_fdt_get(fd);

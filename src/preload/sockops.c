@@ -15,6 +15,7 @@
 
 #include "common/addr.h"
 #include "common/log.h"
+#include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
@@ -522,7 +523,7 @@ static bool handlers_restart(void)
  */
 static int hold_kernel_fd(int fd)
 {
-	int r = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 1024);
+	int r = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 1024);
 
 	return r < 0 ? -errno : r;
 }
@@ -558,7 +559,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			break;
 		}
 
-		if (syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {
+		if (shunt_syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {
 			r = -errno;
 			break;
 		}
@@ -575,7 +576,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			break;
 		}
 		/* O_NONBLOCK of the listener as the kernel has it: another process may share it. */
-		if ((int)syscall(SYS_fcntl, kfd, F_GETFL) & O_NONBLOCK) {
+		if ((int)shunt_syscall(SYS_fcntl, kfd, F_GETFL) & O_NONBLOCK) {
 			r = -EAGAIN;
 			break;
 		}
@@ -601,7 +602,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 		} else {
 			tsp = NULL;
 		}
-		r = (int)syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
+		r = (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
 		if (r < 0 && errno == EINTR && (deadline || !handlers_restart())) {
 			r = -EINTR;
 			break;
@@ -690,7 +691,7 @@ int shunt_op_close_range(unsigned first, unsigned last, int flags)
 		return -EINVAL;
 	/* Close-on-exec only: our own descriptors have it already. */
 	if (flags & CLOSE_RANGE_CLOEXEC)
-		return (int)libc_ret(syscall(SYS_close_range, first, last, flags));
+		return (int)libc_ret(shunt_syscall(SYS_close_range, first, last, flags));
 	/*
 	 * Our sockets one by one (so each is released as close() would), and
 	 * the rest in ranges around the library's own descriptors, which the
@@ -700,14 +701,14 @@ int shunt_op_close_range(unsigned first, unsigned last, int flags)
 		if (shunt_fdt_is_ours((int)fd)) {
 			shunt_op_close((int)fd);
 		} else if (shunt_fdt_is_hidden((int)fd)) {
-			if (lo < fd && syscall(SYS_close_range, lo, (unsigned)fd - 1, flags) < 0)
+			if (lo < fd && shunt_syscall(SYS_close_range, lo, (unsigned)fd - 1, flags) < 0)
 				return -errno;
 			lo = (unsigned)fd + 1;
 		}
 	}
 	if (lo > last)
 		return 0;
-	return (int)libc_ret(syscall(SYS_close_range, lo, last, flags));
+	return (int)libc_ret(shunt_syscall(SYS_close_range, lo, last, flags));
 }
 
 void shunt_op_dup(int oldfd, int newfd)
@@ -774,7 +775,7 @@ void shunt_op_adopt_listener(int fd)
 	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
 	    !listening)
 		return;
-	fl = syscall(SYS_fcntl, fd, F_GETFL);
+	fl = shunt_syscall(SYS_fcntl, fd, F_GETFL);
 	s = shunt_sock_new(domain, fl >= 0 && (fl & O_NONBLOCK));
 	if (!s)
 		return;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/fdtable.h"
 #include "preload/sock.h"
@@ -58,11 +59,11 @@ static void report(void)
 		     (unsigned long long)shunt_stats.fallback_policy,
 		     (unsigned long long)shunt_stats.fallback_limit,
 		     (unsigned long long)shunt_stats.policy_refused);
-	fd = (int)syscall(SYS_openat, AT_FDCWD, stats_path,
+	fd = (int)shunt_syscall(SYS_openat, AT_FDCWD, stats_path,
 			   O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
-	(void)!syscall(SYS_write, fd, line, (size_t)n);
+	(void)!shunt_syscall(SYS_write, fd, line, (size_t)n);
 	shunt_close_internal(fd);
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 
+#include "common/sys.h"
 #include "preload/fdtable.h"
 #include "preload/util.h"
 
@@ -22,7 +23,7 @@ int shunt_fd_hide(int fd)
 	base = rl.rlim_cur - rl.rlim_cur / 4;
 	if (base > 32768)
 		base = 32768;
-	moved = syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, (long)base);
+	moved = shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, (long)base);
 	if (moved < 0) {
 		moved = fd;
 	} else {

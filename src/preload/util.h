@@ -9,13 +9,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/sys.h"
+
 /* This process's pid (getpid() is a system call): set at start and in a fork child. */
 extern uint32_t shunt_pid;
 
 /* Close a descriptor of our own, bypassing the close() wrapper. */
 static inline void shunt_close_internal(int fd)
 {
-	syscall(SYS_close, fd);
+	shunt_syscall(SYS_close, fd);
 }
 
 /*
