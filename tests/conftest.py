@@ -81,8 +81,10 @@ def _cell(text):
 
 def pytest_sessionfinish(session, exitstatus):
     rows = session.config.shunt_compat_rows
-    # One writer: the run on the ordinary build (the sanitizer rerun has the same rows).
-    if not rows or os.environ.get("SHUNT_BUILD_DIR") or not _whole_apps_ran(session):
+    # One writer: the run on the ordinary build (the sanitizer rerun has the same
+    # rows), by whoever owns the file (not the unprivileged rerun of scripts/test).
+    if (not rows or os.environ.get("SHUNT_BUILD_DIR") or not _whole_apps_ran(session)
+            or not os.access(MATRIX, os.W_OK)):
         return
     uname = os.uname()
     try:

@@ -318,6 +318,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	raise_nofile();
 	d.netns_self = own_netns();
+	shuntd_socket_init(d.netns_self);
 	shunt_map_init(&d.sessions);
 	shunt_map_init(&d.listeners);
 	shunt_map_init(&d.circuits);

@@ -155,6 +155,9 @@ struct netns *shuntd_netns_of_socket(struct shuntd *d, int fd, uint64_t inode)
 		return ns;
 	}
 	nsfd = ioctl(fd, SIOCGSKNS);
+	/* Without CAP_NET_ADMIN: shuntd_socket_facts knew it was our own by its cookie. */
+	if (nsfd < 0 && errno == EPERM && inode == d->netns_self)
+		return shuntd_netns_get(d, d->netns_self_fd);
 	if (nsfd < 0)
 		return NULL;
 	ns = shuntd_netns_get(d, nsfd);

@@ -264,6 +264,8 @@ struct sock_facts {
 	struct shunt_wire_addr local;
 };
 int shuntd_socket_facts(int fd, struct sock_facts *f);
+/* Learn shuntd's own namespace (inode @netns_self), for sockets it cannot ask about. */
+void shuntd_socket_init(uint64_t netns_self);
 
 /* listener.c */
 void shuntd_listener_register(struct shuntd *d, struct session *s,

@@ -24,12 +24,62 @@ static int getint(int fd, int level, int name, int *val)
 	return getsockopt(fd, level, name, val, &len) < 0 ? -errno : 0;
 }
 
+/* The network namespace cookie of @fd (SO_NETNS_COOKIE, no privilege needed), or 0. */
+static uint64_t netns_cookie(int fd)
+{
+	uint64_t cookie = 0;
+	socklen_t len = sizeof(cookie);
+
+	return getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) < 0 ? 0 : cookie;
+}
+
+static uint64_t own_cookie;	/* shuntd's own namespace, set once by shuntd_socket_init */
+static uint64_t own_inode;
+
+void shuntd_socket_init(uint64_t netns_self)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	own_inode = netns_self;
+	if (fd >= 0) {
+		own_cookie = netns_cookie(fd);
+		close(fd);
+	}
+}
+
+/*
+ * The inode of @fd's network namespace. SIOCGSKNS needs CAP_NET_ADMIN over
+ * that namespace; without it (shuntd run by an ordinary user for their own
+ * programs) a socket is still known to be in shuntd's own namespace by its
+ * namespace cookie, which anyone may read. Any other namespace cannot be
+ * verified: -EPERM.
+ */
+static int netns_of(int fd, uint64_t *inode)
+{
+	struct stat st;
+	int ns = ioctl(fd, SIOCGSKNS), r;
+
+	if (ns < 0) {
+		r = -errno;
+		if (r == -EPERM && own_cookie && netns_cookie(fd) == own_cookie) {
+			*inode = own_inode;
+			return 0;
+		}
+		return r;
+	}
+	r = fstat(ns, &st) < 0 ? -errno : 0;
+	close(ns);
+	if (r == 0)
+		*inode = st.st_ino;
+	return r;
+}
+
 int shuntd_socket_facts(int fd, struct sock_facts *f)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	struct stat st;
-	int type, proto, acc, ns, r;
+	int type, proto, acc, r;
 
 	memset(f, 0, sizeof(*f));
 	if (fstat(fd, &st) < 0)
@@ -66,13 +116,5 @@ int shuntd_socket_facts(int fd, struct sock_facts *f)
 			return -errno;
 		f->max_backlog = ti.tcpi_sacked;
 	}
-	ns = ioctl(fd, SIOCGSKNS);
-	if (ns < 0)
-		return -errno;
-	r = fstat(ns, &st) < 0 ? -errno : 0;
-	close(ns);
-	if (r < 0)
-		return r;
-	f->netns = st.st_ino;
-	return 0;
+	return netns_of(fd, &f->netns);
 }

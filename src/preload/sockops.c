@@ -519,13 +519,13 @@ static bool handlers_restart(void)
  * Our own reference to the kernel socket, for a wait that may outlast the
  * application's descriptor: a thread blocked in accept() keeps the socket
  * alive when another one closes the fd, as the kernel's file reference does.
- * High-numbered and close-on-exec, out of the application's way.
+ * Hidden (high-numbered, close-on-exec), out of the application's way.
  */
 static int hold_kernel_fd(int fd)
 {
-	int r = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 1024);
+	int r = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0);
 
-	return r < 0 ? -errno : r;
+	return r < 0 ? -errno : shunt_fd_hide(r);
 }
 
 /* SO_RCVTIMEO of @fd as the kernel has it, in microseconds. */
@@ -609,7 +609,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 		}
 	}
 	if (kfd != fd)
-		shunt_close_internal(kfd);
+		shunt_close_hidden(kfd);
 	return r;
 }
 

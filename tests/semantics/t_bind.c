@@ -2,6 +2,7 @@
 // Binding and listening: SO_REUSEADDR, EADDRINUSE from a second process while
 // the first listens, a port held by an accepted connection after its listener
 // closed, bind twice, bind errors, listen on a connected socket, autobind.
+// shunt-needs: companions
 // shunt-expect: shm_connect>=3 shm_accept>=3 kernel_connect==0 kernel_accept==0
 // shunt-expect: shm_tx_bytes>=1 shm_rx_bytes>=1
 #include "t_harness.h"

@@ -351,6 +351,7 @@ int main(void)
 	struct scene sc;
 
 	t_start(30);
+	t_nofile_at_least(BIG_FD + 200);
 	signal(SIGPIPE, SIG_IGN);
 	t_kfds_open(&sc.k);
 	t_pair(AF_INET, &sc.c, &sc.s);

@@ -18,6 +18,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
@@ -55,6 +56,21 @@ void t_start(unsigned watchdog_s)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	t_watchdog(watchdog_s);
+}
+
+void t_nofile_at_least(unsigned long n)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		t_fatal("getrlimit(RLIMIT_NOFILE)");
+	if (rl.rlim_cur >= n)
+		return;
+	if (rl.rlim_max < n)
+		t_skip("needs %lu descriptors, the hard limit is %lu", n, (unsigned long)rl.rlim_max);
+	rl.rlim_cur = n;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		t_fatal("setrlimit(RLIMIT_NOFILE, %lu)", n);
 }
 
 int t_finish(void)

@@ -38,6 +38,10 @@ struct t_addr {
 void t_start(unsigned watchdog_s);
 // (Re)arm the watchdog: when it fires the program prints FATAL and exits 1.
 void t_watchdog(unsigned seconds);
+// Raise the soft RLIMIT_NOFILE to at least `n` (within the hard limit, as
+// any user may), for programs that use descriptor numbers that high; skip if
+// the hard limit is lower. Ordinary users start at 1024.
+void t_nofile_at_least(unsigned long n);
 // T_PASS, or T_FAIL if any t_expect() failed. Call as `return t_finish();`.
 int t_finish(void);
 // Print "FATAL: <msg>[: ERRNAME]" (the name of errno, if nonzero) on stdout

@@ -6,6 +6,7 @@
 // closes the sockets in its range, and only those (also up to ~0U, after
 // which a child goes on making connections); CLOSE_RANGE_CLOEXEC then exec:
 // the sockets in the range are gone in the new image, the others work there.
+// shunt-needs: companions
 // shunt-expect: shm_connect>=20 shm_accept>=20 kernel_connect==0 kernel_accept==0
 // shunt-expect: shm_tx_bytes>=1 shm_rx_bytes>=1
 #include "t_harness.h"

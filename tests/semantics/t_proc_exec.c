@@ -6,6 +6,7 @@
 // With FD_CLOEXEC the exec closes it (EOF, or a reset when data was unread).
 // inetd: accept, fork, dup2 onto 0 and 1, exec a handler (this program, or
 // cat) that talks through stdin and stdout.
+// shunt-needs: companions
 // shunt-expect: shm_connect>=18 shm_accept>=18 kernel_connect==0 kernel_accept==0
 // shunt-expect: shm_tx_bytes>=1
 // t-timeout: 90

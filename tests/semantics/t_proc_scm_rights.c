@@ -7,6 +7,7 @@
 // keeps and uses in turns with the receiver; a connection whose peer sent
 // its last bytes and closed before the pass (the receiver reads them, then
 // EOF).
+// shunt-needs: companions
 // shunt-expect: shm_connect>=4 shm_accept>=4
 // shunt-expect: shm_tx_bytes>=1 shm_rx_bytes>=1
 #include "t_harness.h"

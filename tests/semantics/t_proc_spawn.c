@@ -7,6 +7,7 @@
 // vfork child changes the child's descriptors only, though it shares the
 // parent's memory. (A raw clone system call, which no library function
 // makes and shunt cannot see, is left out: see docs/differences.md.)
+// shunt-needs: companions
 // shunt-expect: shm_connect>=7 shm_accept>=7 kernel_connect==0 kernel_accept==0
 // shunt-expect: shm_tx_bytes>=1 shm_rx_bytes>=1
 #include "t_harness.h"

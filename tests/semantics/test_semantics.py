@@ -30,6 +30,10 @@ NUM = r"\d+[KMG]?"
 TERM_RE = re.compile(r"^([a-z_][a-z0-9_]*)(==|!=|>=|<=|>|<)"
                      rf"(?:({NUM})|\$\{{([A-Z_][A-Z0-9_]*):-({NUM})\}})$")
 TIMEOUT_RE = re.compile(r"^//\s*t-timeout:\s*(\d+)\s*$", re.M)
+# `// shunt-needs: companions`: the shunt half needs a daemon that can make
+# companion kernel sockets (CAP_NET_ADMIN): ports held by accepted
+# connections, connections moved onto the kernel (docs/differences.md).
+NEEDS_RE = re.compile(r"^//\s*shunt-needs:\s*(.*)$", re.M)
 OPS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
     ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b,
@@ -65,6 +69,16 @@ def expectations(name):
             value = m.group(3) or os.environ.get(m.group(4)) or m.group(5)
             terms.append((m.group(1), m.group(2), size(value)))
     return terms
+
+
+def needs(name):
+    return {w for line in NEEDS_RE.findall(source(name)) for w in line.split()}
+
+
+def daemon_lacks(wanted):
+    """What of `wanted` the session's daemon cannot do: it runs as the test
+    run's user, and only root's has CAP_NET_ADMIN for companions."""
+    return sorted(w for w in wanted if w == "companions" and os.geteuid() != 0)
 
 
 def timeout_of(name):
@@ -153,6 +167,10 @@ def test_shunt(name, tools, build_dir, shunt_cli, shunt_session, plain_results, 
     cli = shunt_cli()
     terms = expectations(name)
     assert terms, f"{name}.c has no `// shunt-expect:` line"
+    lacking = daemon_lacks(needs(name))
+    if lacking:
+        pytest.skip(f"{name} needs {', '.join(lacking)}: shuntd runs unprivileged here, "
+                    "without CAP_NET_ADMIN")
     plain = plain_results.get(name) or run_plain(tools, build_dir, name, tmp_path)
     check_plain_ok(plain, name)
     stats = shunt_session.new_stats_path(name)
