@@ -114,6 +114,9 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	struct hold *h;
 	int r = shuntd_socket_facts(fd, &f);
 
+	if (r < 0)
+		shunt_warn("session %llu (pid %d, %s): connecting socket refused: %s",
+			   (unsigned long long)s->id, (int)s->pid, s->comm, shuntd_socket_refusal(r));
 	if (r == 0 && f.listening)
 		r = -EINVAL;
 	if (r == 0)

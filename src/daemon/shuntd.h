@@ -264,6 +264,8 @@ struct sock_facts {
 	struct shunt_wire_addr local;
 };
 int shuntd_socket_facts(int fd, struct sock_facts *f);
+/* Why shuntd_socket_facts said @err, for a log line a person can act on. */
+const char *shuntd_socket_refusal(int err);
 /* Learn shuntd's own namespace (inode @netns_self), for sockets it cannot ask about. */
 void shuntd_socket_init(uint64_t netns_self);
 

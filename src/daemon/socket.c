@@ -74,6 +74,20 @@ static int netns_of(int fd, uint64_t *inode)
 	return r;
 }
 
+const char *shuntd_socket_refusal(int err)
+{
+	switch (err) {
+	case -EPERM:
+		return "its network namespace is not shuntd's, and without CAP_NET_ADMIN "
+		       "shuntd cannot tell which it is";
+	case -ENOTSOCK:
+	case -EPROTONOSUPPORT:
+		return "not a TCP socket";
+	default:
+		return strerror(-err);
+	}
+}
+
 int shuntd_socket_facts(int fd, struct sock_facts *f)
 {
 	struct sockaddr_storage ss;

@@ -7,12 +7,14 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/sys.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
+#include "preload/explain.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
 #include "preload/relisten.h"
@@ -150,7 +152,10 @@ static void renew(struct shunt_sock *s, int fd)
 		swap_bell(s, id, bell);
 		shunt_info("listener on fd %d registered again with shuntd", fd);
 	} else if (r != -ENOTCONN && r != -EBADF) {
-		shunt_info("listener on fd %d stays kernel-only: %s", fd, strerror(-r));
+		char what[40];
+
+		snprintf(what, sizeof(what), "listener on fd %d", fd);
+		shunt_explain_fallback(what, r);
 	}
 out:
 	pthread_mutex_unlock(&s->lock);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <linux/close_range.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,6 +20,7 @@
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
+#include "preload/explain.h"
 #include "preload/notice.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
@@ -108,9 +110,12 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 		/* A socket listening anew after a shutdown: a new registration. */
 		shunt_sock_close_doorbell(s);
 		e = shunt_ctl_listen(fd, 0, &s->listener, &s->doorbell);
+		if (e < 0) {
+			char what[40];
 
-		if (e < 0 && e != -ENOTCONN)
-			shunt_info("listener on fd %d stays kernel-only: %s", fd, strerror(-e));
+			snprintf(what, sizeof(what), "listener on fd %d", fd);
+			shunt_explain_fallback(what, e);
+		}
 	}
 	shunt_epoll_sock_moved(s);
 out:
@@ -334,16 +339,19 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 		return r;
 	}
 	if (r != 0) {
+		char what[40];
+
+		snprintf(what, sizeof(what), "connect on fd %d", fd);
 		if (r == SHUNT_KERNEL_POLICY)
 			shunt_stats.fallback_policy++;
 		else if (r == SHUNT_KERNEL_LIMIT)
 			shunt_stats.fallback_limit++;
-		if (r != SHUNT_USE_KERNEL && r != -ENOTCONN)
-			shunt_info("connect on fd %d: shuntd says %s; using the kernel", fd,
+		if (r == SHUNT_KERNEL_POLICY || r == SHUNT_KERNEL_LIMIT)
+			shunt_info("%s: shuntd says %s; using the kernel", what,
 				   r == SHUNT_KERNEL_POLICY ? "the policy leaves it to the kernel" :
-				   r == SHUNT_KERNEL_LIMIT ? "a tenant's limit is reached" :
-				   r == SHUNT_KERNEL_RESOURCES ? "it is out of resources" :
-				   strerror(-r));
+				   "a tenant's limit is reached");
+		else if (r == SHUNT_KERNEL_RESOURCES || r < 0)
+			shunt_explain_fallback(what, r < 0 ? r : -ENOMEM);
 		if (r < 0 && r != -ENOTCONN)
 			shunt_stats.fallback_error++;
 		pthread_mutex_unlock(&s->lock);
@@ -352,6 +360,10 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 	}
 	conn = shunt_conn_open(&g, &err);
 	if (!conn) {
+		char what[40];
+
+		snprintf(what, sizeof(what), "connect on fd %d", fd);
+		shunt_explain_fallback(what, err);
 		/* shuntd bound us; the kernel can still connect the socket. */
 		shunt_ctl_close(g.msg.circuit, g.msg.end, false);
 		shunt_stats.fallback_error++;

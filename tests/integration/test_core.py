@@ -200,7 +200,8 @@ def test_embedded_daemon_started_when_none_runs(build_dir, shunt_cli, tools, tmp
 @pytest.mark.shunt
 def test_no_daemon_means_the_kernel(build_dir, shunt_cli, tools, tmp_path):
     """No daemon and none started: every connection goes to the kernel, the
-    program's output is what it is without shunt, and the counters say why."""
+    program's output is what it is without shunt, the counters say why, and
+    so does one line on stderr."""
     prog = build_dir / "tests" / "semantics" / "t_reset"
     env = tools.plain_env()
     plain = tools.run([prog], env, timeout=60)
@@ -211,6 +212,11 @@ def test_no_daemon_means_the_kernel(build_dir, shunt_cli, tools, tmp_path):
     _, total = tools.read_stats(tmp_path / "stats.jsonl")
     assert total.get("shm_connect", 0) == 0 and total.get("kernel_connect", 0) >= 1, total
     assert total.get("fallback_nodaemon", 0) >= 1, total
+    # Said once, at the default log level, with the reason and the fix.
+    said = [line for line in res.stderr.decode(errors="replace").splitlines()
+            if "stays on the kernel" in line]
+    assert len(said) == 1, res.describe()
+    assert "no shuntd answers" in said[0] and "shunt run" in said[0], said
 
 
 @pytest.mark.shunt
