@@ -2,6 +2,7 @@
 /* shuntd's event loop: the control socket, every session, and idle exit. */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -71,7 +72,8 @@ int shuntd_loop_run(struct shuntd *d)
 			int64_t left = idle_since + d->cfg.idle_exit_ms - now_ms();
 
 			if (left <= 0) {
-				shunt_info("idle for %d ms, exiting", d->cfg.idle_exit_ms);
+				snprintf(d->stop_reason, sizeof(d->stop_reason),
+					 "no client for %d ms (--idle-exit)", d->cfg.idle_exit_ms);
 				break;
 			}
 			timeout = (int)left;
@@ -80,7 +82,8 @@ int shuntd_loop_run(struct shuntd *d)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			shunt_err("epoll_wait: %s", strerror(errno));
+			snprintf(d->stop_reason, sizeof(d->stop_reason), "epoll_wait failed: %s",
+				 strerror(errno));
 			return -1;
 		}
 		for (int i = 0; i < n; i++) {
@@ -98,7 +101,8 @@ int shuntd_loop_run(struct shuntd *d)
 					shuntd_policy_load(d);
 					continue;
 				}
-				shunt_info("signal %u, exiting", si.ssi_signo);
+				snprintf(d->stop_reason, sizeof(d->stop_reason), "signal %u (SIG%s) from pid %u",
+					 si.ssi_signo, sigabbrev_np((int)si.ssi_signo) ?: "?", si.ssi_pid);
 				d->stopping = true;
 			} else if (tag == &tag_metrics) {
 				shuntd_metrics_accept(d);

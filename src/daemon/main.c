@@ -316,6 +316,10 @@ int main(int argc, char **argv)
 	if (shuntd_policy_load(&d) < 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
+#ifndef __SANITIZE_ADDRESS__
+	/* Under ASan its own report of a crash is the better one. */
+	shuntd_crash_init();
+#endif
 	raise_nofile();
 	d.netns_self = own_netns();
 	shuntd_socket_init(d.netns_self);
@@ -333,5 +337,7 @@ int main(int argc, char **argv)
 	shunt_info("serving %s (ring %u bytes)", d.cfg.socket_path, d.cfg.ring_size);
 	r = shuntd_loop_run(&d);
 	remove_socket_file(&d);
+	/* Every exit says why (crash.c for the fatal signals). */
+	shunt_warn("exiting: %s", d.stop_reason[0] ? d.stop_reason : "the event loop ended");
 	return r < 0 ? 1 : 0;
 }

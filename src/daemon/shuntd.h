@@ -78,6 +78,7 @@ struct shuntd {
 	struct tenant *tenants;		/* every tenant seen, for accounting */
 	int metrics_fd;			/* the metrics listener, or -1 */
 	bool stopping;
+	char stop_reason[96];		/* why the loop ended, for the last log line */
 	bool reload;			/* SIGHUP: read the policy file again */
 };
 
@@ -219,6 +220,9 @@ struct shuntd_route_hints {
 
 /* main.c */
 uint64_t shuntd_new_id(struct shuntd *d);
+
+/* crash.c: a fatal signal is logged, with a backtrace, before it kills shuntd */
+void shuntd_crash_init(void);
 
 /* loop.c */
 int shuntd_loop_init(struct shuntd *d);

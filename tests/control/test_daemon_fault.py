@@ -512,3 +512,42 @@ def test_e_a_daemon_removes_only_its_own_socket_file(build_dir, tmp_path):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _run_daemon(build_dir, tmp_path, *args):
+    shuntd = str(build_dir / "src" / "daemon" / "shuntd")
+    path = str(tmp_path / "s.sock")
+    log = tmp_path / "shuntd.log"
+    proc = subprocess.Popen([shuntd, "--socket", path, *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    wait_for(lambda: daemon_answers(path), "shuntd")
+    return proc, log
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "idle", "SIGSEGV", "SIGABRT"])
+def test_f_every_exit_says_why(build_dir, tmp_path, how):
+    """Whatever ends shuntd, its log's last word says what: a signal (and
+    who sent it), idleness, or a crash with its backtrace, after which it
+    still dies of that signal."""
+    args = ["--idle-exit", "1"] if how == "idle" else []
+    proc, log = _run_daemon(build_dir, tmp_path, *args)
+    try:
+        if how != "idle":
+            os.kill(proc.pid, getattr(signal, how))
+        rc = proc.wait(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = log.read_text(errors="replace")
+    if how == "SIGTERM":
+        assert rc == 0 and f"exiting: signal 15 (SIGTERM) from pid {os.getpid()}" in said, said
+    elif how == "idle":
+        assert rc == 0 and "exiting: no client for 1000 ms" in said, said
+    elif "AddressSanitizer" in said:
+        pytest.skip("sanitizer build: ASan reports crashes itself")
+    else:
+        sig = getattr(signal, how)
+        assert rc == -sig, (rc, said)
+        assert f"dying of signal {sig} ({how[3:]})" in said and "backtrace:" in said, said
+        assert "shuntd(" in said or "main" in said or "0x" in said, said
