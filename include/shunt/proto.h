@@ -147,6 +147,12 @@ struct shunt_msg_accept {
 
 enum shunt_circuit_flags {
 	SHUNT_CIRCUIT_KERNEL_HALF = 1u << 0,	/* ACCEPT: an ESTABLISHED kernel socket comes first */
+	/*
+	 * CONNECT: in the accept queue already. What the connector believes,
+	 * rather than the circuit's setup word, which the acceptor can write
+	 * as soon as it has accepted.
+	 */
+	SHUNT_CIRCUIT_ESTABLISHED = 1u << 1,
 };
 
 /*

@@ -160,6 +160,8 @@ int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c,
 	r.end = (uint8_t)end;
 	r.local = c->local[end];
 	r.peer = c->peer[end];
+	if (c->queue != CIRCUIT_SYN)
+		r.flags |= SHUNT_CIRCUIT_ESTABLISHED;
 	if (kernel_half >= 0) {
 		r.flags |= SHUNT_CIRCUIT_KERNEL_HALF;
 		fds[nfds++] = kernel_half;

@@ -50,7 +50,9 @@ unsigned shunt_sock_poll_mask(struct shunt_sock *s, int fd)
 	if ((st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING) && c &&
 	    !shunt_conn_moved(c)) {
 		setup = atomic_load_explicit(&c->hdr->setup, memory_order_acquire);
-		if (st == SHUNT_SOCK_CONNECTED || setup == SHUNT_SETUP_ESTABLISHED)
+		/* As shunt_sock_sync reads it: all but PENDING and REFUSED is established. */
+		if (st == SHUNT_SOCK_CONNECTED || (setup != SHUNT_SETUP_PENDING &&
+						  setup != SHUNT_SETUP_REFUSED))
 			return shunt_conn_poll(c, shunt_sock_opt_rcvlowat(s));
 		if (setup == SHUNT_SETUP_PENDING)
 			return 0;

@@ -207,7 +207,12 @@ int shunt_sock_sync(struct shunt_sock *s)
 	} else if (st == SHUNT_SOCK_CONNECTING) {
 		uint32_t setup = atomic_load(&s->conn->hdr->setup);
 
-		if (setup == SHUNT_SETUP_ESTABLISHED) {
+		/*
+		 * Shared memory: shuntd moves it off PENDING, and then the
+		 * acceptor may write it too. Anything but a refusal means that
+		 * the connection was accepted: established.
+		 */
+		if (setup != SHUNT_SETUP_PENDING && setup != SHUNT_SETUP_REFUSED) {
 			shunt_stats.shm_connect++;
 			st = SHUNT_SOCK_CONNECTED;
 		} else if (setup == SHUNT_SETUP_REFUSED) {
@@ -375,7 +380,7 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 	shunt_sock_opts_to_circuit(s);
 	shunt_notice_bind(conn, s);
 	s->connect_report = nonblock ? SHUNT_CONNECT_PENDING : SHUNT_CONNECT_DONE;
-	if (atomic_load(&conn->hdr->setup) == SHUNT_SETUP_ESTABLISHED) {
+	if (g.msg.flags & SHUNT_CIRCUIT_ESTABLISHED) {
 		st = SHUNT_SOCK_CONNECTED;
 		shunt_stats.shm_connect++;
 	} else {
