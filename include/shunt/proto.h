@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHUNT_PROTO_VERSION 2u
+#define SHUNT_PROTO_VERSION 3u
 
 enum shunt_msg_type {
 	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied + daemon link */
@@ -30,7 +30,8 @@ enum shunt_msg_type {
 	SHUNT_MSG_FORK = 14,		/* lib -> d, replied */
 	SHUNT_MSG_FORK_DONE = 15,	/* lib -> d, not replied */
 	SHUNT_MSG_DOWNGRADE = 16,	/* lib -> d, replied */
-	SHUNT_MSG_TYPE_MAX = 16,
+	SHUNT_MSG_STATUS_POLICY = 17,	/* d -> cli */
+	SHUNT_MSG_TYPE_MAX = 17,
 	SHUNT_MSG_REPLY = 0x8000,	/* or'ed into the type of a reply */
 };
 
@@ -53,6 +54,22 @@ enum shunt_reply_status {
 	SHUNT_KERNEL_POLICY = 4,	/* connect: the policy leaves it to the kernel */
 	SHUNT_KERNEL_LIMIT = 5,		/* connect: a tenant's limit is reached */
 	SHUNT_KERNEL_RESOURCES = 6,	/* connect: shuntd is out of memory or descriptors */
+};
+
+/*
+ * Why shuntd left a connect to the kernel or refused it: counted per reason
+ * and shown by `shunt status` and the metrics.
+ */
+enum shunt_fallback {
+	SHUNT_FALLBACK_NO_LISTENER,	/* nobody under shunt listens there */
+	SHUNT_FALLBACK_POLICY,		/* a rule (or the default) says kernel */
+	SHUNT_FALLBACK_REFUSED,		/* a rule (or the default) says refuse */
+	SHUNT_FALLBACK_LIMIT_CONNECTIONS, /* a tenant's max_connections */
+	SHUNT_FALLBACK_LIMIT_MEMORY,	/* a tenant's max_memory */
+	SHUNT_FALLBACK_RESOURCES,	/* shuntd's own memory or descriptors */
+	SHUNT_FALLBACK_SOCKET,		/* shuntd could not verify the socket (its namespace) */
+	SHUNT_FALLBACK_REASONS,
+	SHUNT_FALLBACK_SLOTS = 8,	/* room on the wire */
 };
 
 /* Whether a CONNECT reply status means "use the kernel". */
@@ -138,6 +155,21 @@ struct shunt_msg_connect {
 	struct shunt_wire_addr dst;
 	uint32_t flags;			/* enum shunt_connect_flags */
 	uint32_t reserved;
+};
+
+enum { SHUNT_TENANT_LEN = 32, SHUNT_RULE_LEN = 32 };
+
+/*
+ * The reply to a CONNECT that the policy left to the kernel (status
+ * SHUNT_KERNEL_POLICY): who the two ends are and what decided, so that the
+ * program's log can name the rule that would allow shared memory.
+ */
+struct shunt_msg_connect_kernel {
+	struct shunt_msg_hdr h;
+	char from[SHUNT_TENANT_LEN];	/* the connecting process's tenant */
+	char to[SHUNT_TENANT_LEN];	/* the listener's */
+	char rule[SHUNT_RULE_LEN];	/* the rule that decided, or "" for the default */
+	char dflt[16];			/* the default policy's action, when it decided */
 };
 
 struct shunt_msg_accept {
@@ -255,8 +287,6 @@ struct shunt_msg_status {
 	uint32_t reserved;
 };
 
-enum { SHUNT_TENANT_LEN = 32 };
-
 struct shunt_msg_status_session {
 	struct shunt_msg_hdr h;
 	uint64_t session;
@@ -287,20 +317,32 @@ struct shunt_msg_status_conn {
 	uint32_t ring_size;
 };
 
+/*
+ * Connects the policy left to the kernel or refused, per pair of tenants and
+ * what decided (one record per pair, before STATUS_END).
+ */
+struct shunt_msg_status_policy {
+	struct shunt_msg_hdr h;
+	char from[SHUNT_TENANT_LEN];
+	char to[SHUNT_TENANT_LEN];
+	char rule[SHUNT_RULE_LEN];	/* the deciding rule, or "" for the default */
+	char dflt[16];			/* the default's action, when it decided */
+	uint32_t refused;		/* 1: refused; 0: left to the kernel */
+	uint32_t reserved;
+	uint64_t count;
+};
+
 struct shunt_msg_status_end {
 	struct shunt_msg_hdr h;
 	uint64_t circuits_total;	/* circuits created since the daemon started */
 	uint64_t sessions_total;
-	uint64_t kernel_fallbacks;	/* connects left to the kernel, for any reason */
-	uint64_t policy_kernel;		/* ... of which by a policy rule */
-	uint64_t policy_refused;	/* connects the policy refused */
-	uint64_t limit_fallbacks;	/* connects left to the kernel by a tenant's limit */
+	uint64_t fallbacks[SHUNT_FALLBACK_SLOTS]; /* connects per enum shunt_fallback */
 };
 
-_Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v2");
-_Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v2");
-_Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v2");
-_Static_assert(sizeof(struct shunt_msg_link_reply) == 40, "wire v2");
+_Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v3");
+_Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v3");
+_Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v3");
+_Static_assert(sizeof(struct shunt_msg_link_reply) == 40, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_status_conn) <= SHUNT_MSG_MAX, "fits");
 
 #endif

@@ -6,6 +6,7 @@
  * sock_diag. Plain text or --json.
  */
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
@@ -28,6 +29,8 @@ struct view {
 	size_t nlisteners;
 	struct shunt_msg_status_conn *conns;
 	size_t nconns;
+	struct shunt_msg_status_policy *policy;
+	size_t npolicy;
 	struct shunt_msg_status_end end;
 	struct kconn *kconns;
 	size_t nkconns;
@@ -83,6 +86,9 @@ static int fetch(const char *path, struct view *v)
 			break;
 		case SHUNT_MSG_STATUS_CONN:
 			r = push((void **)&v->conns, &v->nconns, buf, sizeof(*v->conns));
+			break;
+		case SHUNT_MSG_STATUS_POLICY:
+			r = push((void **)&v->policy, &v->npolicy, buf, sizeof(*v->policy));
 			break;
 		case SHUNT_MSG_STATUS_END:
 			memcpy(&v->end, buf, sizeof(v->end));
@@ -277,6 +283,78 @@ static void proc_label(const struct view *v, uint64_t sid, int pid, char *buf, s
 		snprintf(buf, n, "-");
 }
 
+/* A field of a record, which need not end with a NUL, as a string. */
+static const char *field(const char *f, size_t n, char *out)
+{
+	memcpy(out, f, n);
+	out[n] = 0;
+	return out;
+}
+
+/* What decided a policy record, in words. */
+static void decided_by(const struct shunt_msg_status_policy *p, char *buf, size_t n)
+{
+	char rule[SHUNT_RULE_LEN + 1], dflt[sizeof(p->dflt) + 1];
+
+	if (p->rule[0])
+		snprintf(buf, n, "rule %s", field(p->rule, sizeof(p->rule), rule));
+	else
+		snprintf(buf, n, "the default policy (%s)", field(p->dflt, sizeof(p->dflt), dflt));
+}
+
+/*
+ * The rule that would give this pair shared memory, as shuntd.conf lines
+ * joined by @sep. A rule name takes letters, digits, '.', '_' and '-'.
+ */
+static void allow_rule(const struct shunt_msg_status_policy *p, const char *sep, char *buf,
+		       size_t n)
+{
+	char from[SHUNT_TENANT_LEN + 1], to[SHUNT_TENANT_LEN + 1], name[2 * SHUNT_TENANT_LEN + 8];
+
+	field(p->from, sizeof(p->from), from);
+	field(p->to, sizeof(p->to), to);
+	snprintf(name, sizeof(name), "%s-to-%s", from, to);
+	for (char *c = name; *c; c++)
+		if (!isalnum((unsigned char)*c) && !strchr("._-", *c))
+			*c = '-';
+	snprintf(buf, n, "[rule %.31s]%sfrom = %s%sto = %s%saction = allow", name, sep, from, sep, to,
+		 sep);
+}
+
+static uint64_t total_fallbacks(const struct view *v)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < SHUNT_FALLBACK_REASONS; i++)
+		if (i != SHUNT_FALLBACK_REFUSED)
+			n += v->end.fallbacks[i];
+	return n;
+}
+
+static void print_policy_text(const struct view *v)
+{
+	char from[SHUNT_TENANT_LEN + 1], to[SHUNT_TENANT_LEN + 1], by[96], rule[160];
+
+	if (!v->npolicy)
+		return;
+	printf("\nBY POLICY (between tenants)\n%-20s %-20s %-9s %10s  %s\n", "FROM", "TO", "OUTCOME",
+	       "CONNECTS", "DECIDED BY");
+	for (size_t i = 0; i < v->npolicy; i++) {
+		const struct shunt_msg_status_policy *p = &v->policy[i];
+
+		decided_by(p, by, sizeof(by));
+		printf("%-20s %-20s %-9s %10llu  %s\n", field(p->from, sizeof(p->from), from),
+		       field(p->to, sizeof(p->to), to), p->refused ? "refused" : "kernel",
+		       (unsigned long long)p->count, by);
+	}
+	printf("To give a pair shared memory, a rule in the policy file before any rule that "
+	       "decides it now (then SIGHUP shuntd):\n");
+	for (size_t i = 0; i < v->npolicy; i++) {
+		allow_rule(&v->policy[i], "\n    ", rule, sizeof(rule));
+		printf("%s    %s\n", i ? "\n" : "", rule);
+	}
+}
+
 static void print_text(struct view *v)
 {
 	char a[SHUNT_ADDR_STRLEN], b[SHUNT_ADDR_STRLEN], pa[48], pb[48];
@@ -326,14 +404,21 @@ static void print_text(struct view *v)
 		proc_label(v, v->sessions[i].session, 0, pa, sizeof(pa));
 		printf("%-22s %s\n", pa, tenant);
 	}
+	print_policy_text(v);
 	printf("\n%zu processes, %zu shared-memory connections (%llu since start), "
-	       "%llu connects left to the kernel (%llu by policy, %llu by limits), "
-	       "%llu refused by policy\n", v->nsessions, v->nconns,
-	       (unsigned long long)v->end.circuits_total,
-	       (unsigned long long)v->end.kernel_fallbacks,
-	       (unsigned long long)v->end.policy_kernel,
-	       (unsigned long long)v->end.limit_fallbacks,
-	       (unsigned long long)v->end.policy_refused);
+	       "%llu connects left to the kernel", v->nsessions, v->nconns,
+	       (unsigned long long)v->end.circuits_total, (unsigned long long)total_fallbacks(v));
+	for (unsigned i = 0, first = 1; i < SHUNT_FALLBACK_REASONS; i++) {
+		if (i == SHUNT_FALLBACK_REFUSED || !v->end.fallbacks[i])
+			continue;
+		printf("%s%s %llu", first ? " (" : ", ", shunt_fallback_name(i),
+		       (unsigned long long)v->end.fallbacks[i]);
+		first = 0;
+	}
+	if (total_fallbacks(v))
+		printf(")");
+	printf(", %llu refused by policy\n",
+	       (unsigned long long)v->end.fallbacks[SHUNT_FALLBACK_REFUSED]);
 }
 
 static void json_str(const char *s)
@@ -415,14 +500,39 @@ static void print_json(struct view *v)
 		printf(",\"bytes_sent\":%llu,\"bytes_received\":%llu}",
 		       (unsigned long long)c->e.bytes_sent, (unsigned long long)c->e.bytes_received);
 	}
+	printf("],\"policy\":[");
+	for (size_t i = 0; i < v->npolicy; i++) {
+		const struct shunt_msg_status_policy *p = &v->policy[i];
+		char f[SHUNT_RULE_LEN + 1], by[96], rule[160];
+
+		printf("%s{\"from\":", i ? "," : "");
+		json_str(field(p->from, sizeof(p->from), f));
+		printf(",\"to\":");
+		json_str(field(p->to, sizeof(p->to), f));
+		printf(",\"rule\":");
+		json_str(field(p->rule, sizeof(p->rule), f));
+		decided_by(p, by, sizeof(by));
+		printf(",\"decided_by\":");
+		json_str(by);
+		allow_rule(p, "\n", rule, sizeof(rule));
+		printf(",\"outcome\":\"%s\",\"connects\":%llu,\"allow_rule\":",
+		       p->refused ? "refused" : "kernel", (unsigned long long)p->count);
+		json_str(rule);
+		printf("}");
+	}
 	printf("],\"totals\":{\"circuits_total\":%llu,\"sessions_total\":%llu,"
 	       "\"kernel_fallbacks\":%llu,\"policy_kernel\":%llu,\"limit_fallbacks\":%llu,"
-	       "\"policy_refused\":%llu}}\n",
+	       "\"policy_refused\":%llu,\"fallbacks\":{",
 	       (unsigned long long)v->end.circuits_total, (unsigned long long)v->end.sessions_total,
-	       (unsigned long long)v->end.kernel_fallbacks,
-	       (unsigned long long)v->end.policy_kernel,
-	       (unsigned long long)v->end.limit_fallbacks,
-	       (unsigned long long)v->end.policy_refused);
+	       (unsigned long long)total_fallbacks(v),
+	       (unsigned long long)v->end.fallbacks[SHUNT_FALLBACK_POLICY],
+	       (unsigned long long)(v->end.fallbacks[SHUNT_FALLBACK_LIMIT_CONNECTIONS] +
+				    v->end.fallbacks[SHUNT_FALLBACK_LIMIT_MEMORY]),
+	       (unsigned long long)v->end.fallbacks[SHUNT_FALLBACK_REFUSED]);
+	for (unsigned i = 0; i < SHUNT_FALLBACK_REASONS; i++)
+		printf("%s\"%s\":%llu", i ? "," : "", shunt_fallback_name(i),
+		       (unsigned long long)v->end.fallbacks[i]);
+	printf("}}}\n");
 }
 
 static const char status_usage[] =

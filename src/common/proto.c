@@ -48,6 +48,7 @@ size_t shunt_proto_size(uint16_t type)
 	case SHUNT_MSG_STATUS_LISTENER: return sizeof(struct shunt_msg_status_listener);
 	case SHUNT_MSG_STATUS_CONN: return sizeof(struct shunt_msg_status_conn);
 	case SHUNT_MSG_STATUS_END: return sizeof(struct shunt_msg_status_end);
+	case SHUNT_MSG_STATUS_POLICY: return sizeof(struct shunt_msg_status_policy);
 	default: return 0;
 	}
 }
@@ -65,7 +66,10 @@ int shunt_proto_check(const void *buf, size_t len)
 	want = shunt_proto_size(h.type);
 	if (!want)
 		return -EPROTO;
-	if ((h.type & SHUNT_MSG_REPLY) && h.status != SHUNT_OK)
+	/* Replies other than SHUNT_OK are bare headers, but one that says why. */
+	if (h.type == (SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY) && h.status == SHUNT_KERNEL_POLICY)
+		want = sizeof(struct shunt_msg_connect_kernel);
+	else if ((h.type & SHUNT_MSG_REPLY) && h.status != SHUNT_OK)
 		want = sizeof(h);
 	else if (!(h.type & SHUNT_MSG_REPLY) && h.status != 0)
 		return -EPROTO;
@@ -163,4 +167,19 @@ ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flag
 	}
 	*nfds = n;
 	return r;
+}
+
+const char *shunt_fallback_name(unsigned why)
+{
+	static const char *const names[SHUNT_FALLBACK_REASONS] = {
+		[SHUNT_FALLBACK_NO_LISTENER] = "no_listener",
+		[SHUNT_FALLBACK_POLICY] = "policy",
+		[SHUNT_FALLBACK_REFUSED] = "policy_refused",
+		[SHUNT_FALLBACK_LIMIT_CONNECTIONS] = "limit_connections",
+		[SHUNT_FALLBACK_LIMIT_MEMORY] = "limit_memory",
+		[SHUNT_FALLBACK_RESOURCES] = "resources",
+		[SHUNT_FALLBACK_SOCKET] = "unverified_socket",
+	};
+
+	return why < SHUNT_FALLBACK_REASONS ? names[why] : "?";
 }

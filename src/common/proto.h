@@ -41,6 +41,9 @@ int shunt_proto_check(const void *buf, size_t len);
 /* Fixed size of messages of @type (with or without SHUNT_MSG_REPLY), or 0. */
 size_t shunt_proto_size(uint16_t type);
 
+/* The name of an enum shunt_fallback reason, as metrics and `shunt status` show it. */
+const char *shunt_fallback_name(unsigned why);
+
 /* Close @n descriptors, e.g. ones received with a message that is refused. */
 void shunt_proto_close_fds(const int *fds, unsigned n);
 

@@ -107,6 +107,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 {
 	struct shunt_wire_addr src;
 	struct shuntd_route_hints hints;
+	struct shunt_msg_connect_kernel why;
 	struct sock_facts f;
 	struct listener *l = NULL;
 	struct netns *ns = NULL;
@@ -114,9 +115,11 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	struct hold *h;
 	int r = shuntd_socket_facts(fd, &f);
 
-	if (r < 0)
+	if (r < 0) {
 		shunt_warn("session %llu (pid %d, %s): connecting socket refused: %s",
 			   (unsigned long long)s->id, (int)s->pid, s->comm, shuntd_socket_refusal(r));
+		shuntd_tenant_fallback(d, s, SHUNT_FALLBACK_SOCKET);
+	}
 	if (r == 0 && f.listening)
 		r = -EINVAL;
 	if (r == 0)
@@ -146,12 +149,27 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 			shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, r);
 			return;
 		}
-		shuntd_tenant_fallback(d, s, FALLBACK_NO_LISTENER);
+		shuntd_tenant_fallback(d, s, SHUNT_FALLBACK_NO_LISTENER);
 		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_USE_KERNEL);
 		return;
 	}
 	/* Who may talk to whom, and within what limits (tenant.c). */
-	r = shuntd_tenant_admit(d, s, l, &m->dst);
+	r = shuntd_tenant_admit(d, s, l, &m->dst, &why);
+	if (r == SHUNT_KERNEL_POLICY) {
+		/* The reply says who and what decided, for the program's log. */
+		struct shunt_msg_connect_kernel reply;
+
+		close(fd);
+		shunt_proto_init(&reply, SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY, sizeof(reply),
+				 m->h.seq);
+		reply.h.status = r;
+		memcpy(reply.from, why.from, sizeof(reply.from));
+		memcpy(reply.to, why.to, sizeof(reply.to));
+		memcpy(reply.rule, why.rule, sizeof(reply.rule));
+		memcpy(reply.dflt, why.dflt, sizeof(reply.dflt));
+		shuntd_session_reply(s, &reply, NULL, 0);
+		return;
+	}
 	if (r != SHUNT_OK) {
 		close(fd);
 		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, r);
@@ -164,7 +182,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		if (c)
 			shuntd_circuit_destroy(d, c);
 		close(fd);
-		shuntd_tenant_fallback(d, s, FALLBACK_RESOURCES);
+		shuntd_tenant_fallback(d, s, SHUNT_FALLBACK_RESOURCES);
 		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_KERNEL_RESOURCES);
 		return;
 	}

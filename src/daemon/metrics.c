@@ -20,6 +20,7 @@
 #include <netinet/in.h>
 
 #include "common/log.h"
+#include "common/proto.h"
 #include "daemon/shuntd.h"
 
 enum { REQUEST_MAX = 4096, ANSWER_MAX = 64 << 10 };
@@ -185,27 +186,27 @@ static void render(struct shuntd *d, struct out *o)
 	for (t = d->tenants; t; t = t->next) {
 		put(o, "shunt_connects_total{transport=\"shm\",tenant=\"%s\"} %llu\n", t->name,
 		    (unsigned long long)t->circuits_total);
-		for (unsigned r = 0; r < FALLBACK_REASONS; r++) {
-			if (r == FALLBACK_REFUSED)
+		for (unsigned r = 0; r < SHUNT_FALLBACK_REASONS; r++) {
+			if (r == SHUNT_FALLBACK_REFUSED)
 				continue;
 			put(o, "shunt_connects_total{transport=\"kernel\",tenant=\"%s\",reason=\"%s\"} "
-			       "%llu\n", t->name, shuntd_fallback_name(r),
+			       "%llu\n", t->name, shunt_fallback_name(r),
 			    (unsigned long long)t->fallbacks[r]);
 		}
-		denials_kernel += t->fallbacks[FALLBACK_POLICY];
-		denials_refused += t->fallbacks[FALLBACK_REFUSED];
+		denials_kernel += t->fallbacks[SHUNT_FALLBACK_POLICY];
+		denials_refused += t->fallbacks[SHUNT_FALLBACK_REFUSED];
 	}
 	help(o, "shunt_fallbacks_total", "counter", "Connects left to the kernel, by reason.");
-	for (unsigned r = 0; r < FALLBACK_REASONS; r++)
-		if (r != FALLBACK_REFUSED)
-			put(o, "shunt_fallbacks_total{reason=\"%s\"} %llu\n", shuntd_fallback_name(r),
+	for (unsigned r = 0; r < SHUNT_FALLBACK_REASONS; r++)
+		if (r != SHUNT_FALLBACK_REFUSED)
+			put(o, "shunt_fallbacks_total{reason=\"%s\"} %llu\n", shunt_fallback_name(r),
 			    (unsigned long long)d->fallbacks[r]);
 	help(o, "shunt_policy_denials_total", "counter",
 	     "Connects the policy did not allow on shared memory, by action.");
 	put(o, "shunt_policy_denials_total{action=\"kernel\"} %llu\n",
-	    (unsigned long long)d->fallbacks[FALLBACK_POLICY]);
+	    (unsigned long long)d->fallbacks[SHUNT_FALLBACK_POLICY]);
 	put(o, "shunt_policy_denials_total{action=\"refuse\"} %llu\n",
-	    (unsigned long long)d->fallbacks[FALLBACK_REFUSED]);
+	    (unsigned long long)d->fallbacks[SHUNT_FALLBACK_REFUSED]);
 	(void)denials_kernel;
 	(void)denials_refused;
 	help(o, "shunt_bytes_total", "counter", "Bytes moved over shared memory (both directions).");

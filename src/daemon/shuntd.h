@@ -35,15 +35,21 @@ struct shuntd_config {
 	const char *metrics;		/* --metrics, else the policy file's, else none */
 };
 
-/* Why a connect was left to the kernel or refused, as counted and logged. */
-enum shuntd_fallback {
-	FALLBACK_NO_LISTENER,		/* nobody under shunt listens there */
-	FALLBACK_POLICY,		/* a rule (or the default) says kernel */
-	FALLBACK_REFUSED,		/* a rule (or the default) says refuse */
-	FALLBACK_LIMIT_CONNECTIONS,	/* a tenant's max_connections */
-	FALLBACK_LIMIT_MEMORY,		/* a tenant's max_memory */
-	FALLBACK_RESOURCES,		/* shuntd's own memory or descriptors */
-	FALLBACK_REASONS
+/*
+ * Connects the policy left to the kernel or refused, per pair of tenants and
+ * deciding rule (tenant.c), for `shunt status` to say which rule would allow
+ * them. A bounded list: past SHUNTD_POLICY_PAIRS new pairs are only counted
+ * in the totals.
+ */
+enum { SHUNTD_POLICY_PAIRS = 256 };
+
+struct policy_pair {
+	char from[SHUNT_TENANT_LEN];
+	char to[SHUNT_TENANT_LEN];
+	char rule[SHUNT_RULE_LEN];	/* "" when the default decided */
+	bool refused;
+	uint64_t count;
+	struct policy_pair *next;
 };
 
 /* What shuntd accounts per tenant (tenant.c). */
@@ -52,7 +58,7 @@ struct tenant {
 	uint64_t connections;		/* circuits it is an end of (once, even both ends) */
 	uint64_t memory;		/* bytes of the circuits charged to it */
 	uint64_t circuits_total;
-	uint64_t fallbacks[FALLBACK_REASONS];
+	uint64_t fallbacks[SHUNT_FALLBACK_REASONS];
 	struct tenant *next;
 };
 
@@ -72,10 +78,12 @@ struct shuntd {
 	size_t live_sessions;		/* connected sessions, for idle exit */
 	uint64_t circuits_total;
 	uint64_t sessions_total;
-	uint64_t fallbacks[FALLBACK_REASONS];
+	uint64_t fallbacks[SHUNT_FALLBACK_REASONS];
 	uint64_t bytes_closed;		/* bytes moved by circuits since destroyed */
 	struct shunt_policy *policy;	/* tenants, limits, rules */
 	struct tenant *tenants;		/* every tenant seen, for accounting */
+	struct policy_pair *pairs;	/* policy fallbacks by tenants and rule */
+	unsigned npairs;
 	int metrics_fd;			/* the metrics listener, or -1 */
 	bool stopping;
 	char stop_reason[96];		/* why the loop ended, for the last log line */
@@ -395,12 +403,13 @@ struct tenant *shuntd_tenant_get(struct shuntd *d, const char *name);
 /*
  * What to do with a connect from @s to listener @l at @dst: SHUNT_OK (a
  * circuit, charged to the tenants), a SHUNT_KERNEL_* status, or
- * -ECONNREFUSED. Counts and logs every fallback and refusal with its reason.
+ * -ECONNREFUSED. Counts and logs every fallback and refusal with its reason;
+ * for SHUNT_KERNEL_POLICY fills @why (the reply that says so).
  */
 int shuntd_tenant_admit(struct shuntd *d, struct session *s, const struct listener *l,
-			const struct shunt_wire_addr *dst);
+			const struct shunt_wire_addr *dst, struct shunt_msg_connect_kernel *why);
 /* Count a fallback that happened for another reason (no listener, resources). */
-void shuntd_tenant_fallback(struct shuntd *d, struct session *s, enum shuntd_fallback why);
+void shuntd_tenant_fallback(struct shuntd *d, struct session *s, enum shunt_fallback why);
 /*
  * Count end @end of @c as a connection of @t (the connector's tenant also
  * pays for the circuit's memory); release it when the end is done, the
@@ -409,7 +418,6 @@ void shuntd_tenant_fallback(struct shuntd *d, struct session *s, enum shuntd_fal
 void shuntd_tenant_charge(struct circuit *c, unsigned end, struct tenant *t);
 void shuntd_tenant_release(struct circuit *c, unsigned end);
 void shuntd_tenant_free_memory(struct circuit *c);
-const char *shuntd_fallback_name(enum shuntd_fallback why);
 
 /* metrics.c: the Prometheus text format, over HTTP on loopback or a Unix socket */
 int shuntd_metrics_init(struct shuntd *d);

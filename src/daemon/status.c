@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* STATUS: a stream of records describing sessions, listeners and circuits. */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/proto.h"
@@ -75,6 +76,23 @@ static void send_circuits(struct shuntd *d, struct session *to, uint32_t seq)
 	}
 }
 
+static void send_policy(struct shuntd *d, struct session *to, uint32_t seq)
+{
+	for (struct policy_pair *p = d->pairs; p; p = p->next) {
+		struct shunt_msg_status_policy r;
+
+		shunt_proto_init(&r, SHUNT_MSG_STATUS_POLICY, sizeof(r), seq);
+		memcpy(r.from, p->from, sizeof(r.from));
+		memcpy(r.to, p->to, sizeof(r.to));
+		memcpy(r.rule, p->rule, sizeof(r.rule));
+		if (!p->rule[0])
+			snprintf(r.dflt, sizeof(r.dflt), "%s", shunt_action_name(d->policy->def));
+		r.refused = p->refused;
+		r.count = p->count;
+		shuntd_session_reply(to, &r, NULL, 0);
+	}
+}
+
 void shuntd_status(struct shuntd *d, struct session *s, const struct shunt_msg_status *m)
 {
 	struct shunt_msg_status_end end;
@@ -82,15 +100,11 @@ void shuntd_status(struct shuntd *d, struct session *s, const struct shunt_msg_s
 	send_sessions(d, s, m->h.seq);
 	send_listeners(d, s, m->h.seq);
 	send_circuits(d, s, m->h.seq);
+	send_policy(d, s, m->h.seq);
 	shunt_proto_init(&end, SHUNT_MSG_STATUS_END, sizeof(end), m->h.seq);
 	end.circuits_total = d->circuits_total;
 	end.sessions_total = d->sessions_total;
-	for (unsigned i = 0; i < FALLBACK_REASONS; i++)
-		if (i != FALLBACK_REFUSED)
-			end.kernel_fallbacks += d->fallbacks[i];
-	end.policy_kernel = d->fallbacks[FALLBACK_POLICY];
-	end.policy_refused = d->fallbacks[FALLBACK_REFUSED];
-	end.limit_fallbacks = d->fallbacks[FALLBACK_LIMIT_CONNECTIONS] +
-			      d->fallbacks[FALLBACK_LIMIT_MEMORY];
+	for (unsigned i = 0; i < SHUNT_FALLBACK_REASONS; i++)
+		end.fallbacks[i] = d->fallbacks[i];
 	shuntd_session_reply(s, &end, NULL, 0);
 }

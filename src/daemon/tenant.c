@@ -14,21 +14,8 @@
 
 #include "common/addr.h"
 #include "common/log.h"
+#include "common/proto.h"
 #include "daemon/shuntd.h"
-
-static const char *const fallback_names[FALLBACK_REASONS] = {
-	[FALLBACK_NO_LISTENER] = "no_listener",
-	[FALLBACK_POLICY] = "policy",
-	[FALLBACK_REFUSED] = "policy_refused",
-	[FALLBACK_LIMIT_CONNECTIONS] = "limit_connections",
-	[FALLBACK_LIMIT_MEMORY] = "limit_memory",
-	[FALLBACK_RESOURCES] = "resources",
-};
-
-const char *shuntd_fallback_name(enum shuntd_fallback why)
-{
-	return why < FALLBACK_REASONS ? fallback_names[why] : "?";
-}
 
 struct tenant *shuntd_tenant_get(struct shuntd *d, const char *name)
 {
@@ -83,7 +70,7 @@ int shuntd_policy_load(struct shuntd *d)
 	return 0;
 }
 
-void shuntd_tenant_fallback(struct shuntd *d, struct session *s, enum shuntd_fallback why)
+void shuntd_tenant_fallback(struct shuntd *d, struct session *s, enum shunt_fallback why)
 {
 	d->fallbacks[why]++;
 	if (s->tenant)
@@ -91,35 +78,65 @@ void shuntd_tenant_fallback(struct shuntd *d, struct session *s, enum shuntd_fal
 }
 
 /* Whether one more end (and, for the connector, @memory bytes) fits tenant @t's limits. */
-static enum shuntd_fallback over_limit(struct shuntd *d, const struct tenant *t,
+static enum shunt_fallback over_limit(struct shuntd *d, const struct tenant *t,
 				       uint64_t memory)
 {
 	const struct shunt_tenant_def *def = t ? shunt_policy_tenant_def(d->policy, t->name) : NULL;
 
 	if (!def)
-		return FALLBACK_REASONS;
+		return SHUNT_FALLBACK_REASONS;
 	if (def->max_connections && t->connections + 1 > def->max_connections)
-		return FALLBACK_LIMIT_CONNECTIONS;
+		return SHUNT_FALLBACK_LIMIT_CONNECTIONS;
 	if (def->max_memory && memory && t->memory + memory > def->max_memory)
-		return FALLBACK_LIMIT_MEMORY;
-	return FALLBACK_REASONS;
+		return SHUNT_FALLBACK_LIMIT_MEMORY;
+	return SHUNT_FALLBACK_REASONS;
+}
+
+/* Count a policy decision against its pair of tenants and its rule. */
+static void count_pair(struct shuntd *d, const char *from, const char *to,
+		       const struct shunt_rule *rule, bool refused)
+{
+	const char *rname = rule ? rule->name : "";
+	struct policy_pair *p;
+
+	for (p = d->pairs; p; p = p->next)
+		if (!strcmp(p->from, from) && !strcmp(p->to, to) && !strcmp(p->rule, rname) &&
+		    p->refused == refused)
+			break;
+	if (!p && d->npairs < SHUNTD_POLICY_PAIRS && (p = calloc(1, sizeof(*p)))) {
+		snprintf(p->from, sizeof(p->from), "%s", from);
+		snprintf(p->to, sizeof(p->to), "%s", to);
+		snprintf(p->rule, sizeof(p->rule), "%s", rname);
+		p->refused = refused;
+		p->next = d->pairs;
+		d->pairs = p;
+		d->npairs++;
+	}
+	if (p)
+		p->count++;
 }
 
 int shuntd_tenant_admit(struct shuntd *d, struct session *s, const struct listener *l,
-			const struct shunt_wire_addr *dst)
+			const struct shunt_wire_addr *dst, struct shunt_msg_connect_kernel *why_msg)
 {
 	const char *from = s->tenant ? s->tenant->name : "?";
 	const char *to = l->tenant ? l->tenant->name : "?";
 	uint64_t memory = shunt_circuit_size(d->cfg.ring_size);
 	const struct shunt_rule *rule;
 	enum shunt_action a = shunt_policy_decide(d->policy, from, to, dst, &rule);
-	enum shuntd_fallback why;
+	enum shunt_fallback why;
 	char where[SHUNT_ADDR_STRLEN];
 
 	shunt_addr_format(dst, where, sizeof(where));
 	if (a == SHUNT_ACTION_KERNEL || a == SHUNT_ACTION_REFUSE) {
-		why = a == SHUNT_ACTION_KERNEL ? FALLBACK_POLICY : FALLBACK_REFUSED;
+		why = a == SHUNT_ACTION_KERNEL ? SHUNT_FALLBACK_POLICY : SHUNT_FALLBACK_REFUSED;
 		shuntd_tenant_fallback(d, s, why);
+		count_pair(d, from, to, rule, a == SHUNT_ACTION_REFUSE);
+		snprintf(why_msg->from, sizeof(why_msg->from), "%s", from);
+		snprintf(why_msg->to, sizeof(why_msg->to), "%s", to);
+		snprintf(why_msg->rule, sizeof(why_msg->rule), "%s", rule ? rule->name : "");
+		snprintf(why_msg->dflt, sizeof(why_msg->dflt), "%s",
+			 rule ? "" : shunt_action_name(d->policy->def));
 		shunt_warn("connect from pid %d (tenant %s) to %s (tenant %s): %s by %s%s%s",
 			   (int)s->pid, from, where, to,
 			   a == SHUNT_ACTION_KERNEL ? "left to the kernel" : "refused",
@@ -129,13 +146,13 @@ int shuntd_tenant_admit(struct shuntd *d, struct session *s, const struct listen
 		return a == SHUNT_ACTION_KERNEL ? SHUNT_KERNEL_POLICY : -ECONNREFUSED;
 	}
 	why = over_limit(d, s->tenant, memory);
-	if (why == FALLBACK_REASONS && l->tenant != s->tenant)
+	if (why == SHUNT_FALLBACK_REASONS && l->tenant != s->tenant)
 		why = over_limit(d, l->tenant, 0);
-	if (why != FALLBACK_REASONS) {
+	if (why != SHUNT_FALLBACK_REASONS) {
 		shuntd_tenant_fallback(d, s, why);
 		shunt_warn("connect from pid %d (tenant %s) to %s (tenant %s): left to the kernel, "
 			   "%s reached", (int)s->pid, from, where, to,
-			   why == FALLBACK_LIMIT_MEMORY ? "max_memory" : "max_connections");
+			   why == SHUNT_FALLBACK_LIMIT_MEMORY ? "max_memory" : "max_connections");
 		return SHUNT_KERNEL_LIMIT;
 	}
 	return SHUNT_OK;

@@ -334,18 +334,24 @@ static int request_circuit(void *req, int fd, struct shunt_grant *g)
 }
 
 int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
-		      struct shunt_grant *g)
+		      struct shunt_grant *g, struct shunt_msg_connect_kernel *why)
 {
 	struct shunt_msg_connect m;
+	_Alignas(8) char reply[SHUNT_MSG_MAX];
+	int rfds[SHUNT_MSG_MAX_FDS];
+	unsigned n = 0;
 	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_CONNECT, sizeof(m), 0);
 	m.dst = *dst;
 	m.flags = flags;
-	r = request_circuit(&m, fd, g);
+	r = request(&m, &fd, 1, reply, rfds, &n);
 	if (r == -ENOTCONN)
 		shunt_stats.fallback_nodaemon++;
-	return r;
+	/* shunt_proto_check let this status through only with its reason. */
+	if (r == SHUNT_KERNEL_POLICY)
+		memcpy(why, reply, sizeof(*why));
+	return take_grant(r, reply, rfds, n, g);
 }
 
 int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)

@@ -55,10 +55,12 @@ void shunt_ctl_unlisten(uint64_t listener, bool shutdown);
 
 /*
  * Ask for a circuit from bound socket @fd to @dst. Returns 0 with *@g,
- * SHUNT_USE_KERNEL when no shunt listener matches, or -errno.
+ * SHUNT_USE_KERNEL when no shunt listener matches, another SHUNT_KERNEL_*
+ * status (with SHUNT_KERNEL_POLICY, *@why says who and what decided), or
+ * -errno.
  */
 int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
-		      struct shunt_grant *g);
+		      struct shunt_grant *g, struct shunt_msg_connect_kernel *why);
 
 /*
  * Take a queued circuit of listener @listener held as @fd: 0, -EAGAIN (also

@@ -278,6 +278,27 @@ static int disconnect_locked(struct shunt_sock *s, int fd, const struct sockaddr
 	return 0;
 }
 
+/*
+ * The policy left a connect to the kernel: say who the two ends are, what
+ * decided, and the rule that would give them shared memory (SHUNT_LOG=info:
+ * the policy is the operator's choice, not an error).
+ */
+static void explain_policy(const char *what, const struct shunt_msg_connect_kernel *why)
+{
+	char from[SHUNT_TENANT_LEN + 1] = { 0 }, to[SHUNT_TENANT_LEN + 1] = { 0 };
+	char rule[SHUNT_RULE_LEN + 1] = { 0 }, dflt[sizeof(why->dflt) + 1] = { 0 };
+
+	memcpy(from, why->from, sizeof(why->from));
+	memcpy(to, why->to, sizeof(why->to));
+	memcpy(rule, why->rule, sizeof(why->rule));
+	memcpy(dflt, why->dflt, sizeof(why->dflt));
+	shunt_info("%s: tenant %s to tenant %s is left to the kernel by %s%s%s; a rule "
+		   "'from = %s, to = %s, action = allow' %sin shuntd's policy would give it "
+		   "shared memory (`shunt status` lists them)", what, from, to,
+		   rule[0] ? "rule " : "the default policy (", rule[0] ? rule : dflt,
+		   rule[0] ? "" : ")", from, to, rule[0] ? "before that rule " : "");
+}
+
 /* What connect() does once the fork lock is released: nothing more, or wait, or the kernel. */
 enum connect_next {
 	CONNECT_DONE,
@@ -291,6 +312,7 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 			 enum connect_next *next)
 {
 	bool nonblock = shunt_sock_opt_nonblock(s);
+	struct shunt_msg_connect_kernel why;
 	struct shunt_wire_addr dst;
 	struct shunt_grant g;
 	struct shunt_conn *conn;
@@ -327,7 +349,7 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 		*next = CONNECT_LIBC;
 		return 0;
 	}
-	r = shunt_ctl_connect(fd, &dst, nonblock ? SHUNT_CONNECT_NONBLOCK : 0, &g);
+	r = shunt_ctl_connect(fd, &dst, nonblock ? SHUNT_CONNECT_NONBLOCK : 0, &g, &why);
 	if (r == -ECONNREFUSED) {
 		/*
 		 * The policy refuses it: as a connection refused by the peer,
@@ -351,10 +373,10 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 			shunt_stats.fallback_policy++;
 		else if (r == SHUNT_KERNEL_LIMIT)
 			shunt_stats.fallback_limit++;
-		if (r == SHUNT_KERNEL_POLICY || r == SHUNT_KERNEL_LIMIT)
-			shunt_info("%s: shuntd says %s; using the kernel", what,
-				   r == SHUNT_KERNEL_POLICY ? "the policy leaves it to the kernel" :
-				   "a tenant's limit is reached");
+		if (r == SHUNT_KERNEL_POLICY)
+			explain_policy(what, &why);
+		else if (r == SHUNT_KERNEL_LIMIT)
+			shunt_info("%s: a tenant's limit is reached; using the kernel", what);
 		else if (r == SHUNT_KERNEL_RESOURCES || r < 0)
 			shunt_explain_fallback(what, r < 0 ? r : -ENOMEM);
 		if (r < 0 && r != -ENOTCONN)

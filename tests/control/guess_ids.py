@@ -20,7 +20,7 @@ import socket
 import struct
 import sys
 
-VERSION = 2
+VERSION = 3  # SHUNT_PROTO_VERSION
 HELLO, ACCEPT, CLOSE, LINK, LINK_NEXT, DOWNGRADE = 1, 5, 6, 12, 13, 16
 REPLY = 0x8000
 HELLO_CLAIM = 1

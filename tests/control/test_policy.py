@@ -186,13 +186,17 @@ class Daemon:
         time.sleep(0.1)
         return p, stats
 
-    def client(self, host, port, n=1, uid=None, cgroup=None, nonblock=False, hold=None):
+    def client(self, host, port, n=1, uid=None, cgroup=None, nonblock=False, hold=None,
+               log=None):
         """Run the client to completion (or, with @hold, until it printed and
-        then in the background): (outcomes, stats totals, process)."""
+        then in the background): (outcomes, stats totals, process). Its
+        stderr is in self.client_stderr; @log sets its SHUNT_LOG."""
         script = self.dir / "client.py"
         script.write_text(CLIENT)
         stats = self.stats_path("client")
         env = self.env(stats)
+        if log:
+            env["SHUNT_LOG"] = log
         argv = self.argv([sys.executable, script, host, port, n] +
                          (["nonblock"] if nonblock else []), uid, cgroup)
         if hold:
@@ -211,6 +215,7 @@ class Daemon:
             return json.loads(line), stats, p
         res = subprocess.run(argv, env=env, capture_output=True, text=True,
                              timeout=RUN_TIMEOUT_S)
+        self.client_stderr = res.stderr
         assert res.returncode == 0, res.stdout + res.stderr + self.log()
         return json.loads(res.stdout.splitlines()[-1]), stats_of(stats), None
 
@@ -367,6 +372,24 @@ def test_default_same_tenant_by_uid(daemon):
     assert m[f'shunt_connects_total{{transport="kernel",tenant="uid:{NOBODY}",'
              'reason="policy"}'] == 2, m
     assert m['shunt_policy_denials_total{action="kernel"}'] == 2, m
+    # Nothing is wrong, so nothing is said by default; at SHUNT_LOG=info the
+    # client hears who the tenants are and the rule that would allow them.
+    assert "left to the kernel" not in d.client_stderr, d.client_stderr
+    d.client("127.0.0.1", port, 1, uid=NOBODY, log="info")
+    hint = f"from = uid:{NOBODY}, to = uid:0, action = allow"
+    assert f"tenant uid:{NOBODY} to tenant uid:0 is left to the kernel by the default " \
+        f"policy (same-tenant)" in d.client_stderr and hint in d.client_stderr, d.client_stderr
+    # shunt status says the same, per pair, with the rule to add.
+    st = d.status()
+    pairs = [p for p in st["policy"] if p["from"] == f"uid:{NOBODY}" and p["to"] == "uid:0"]
+    assert len(pairs) == 1 and pairs[0]["connects"] == 3 and pairs[0]["outcome"] == "kernel", st
+    assert pairs[0]["decided_by"] == "the default policy (same-tenant)", pairs
+    assert f"from = uid:{NOBODY}\nto = uid:0\naction = allow" in pairs[0]["allow_rule"], pairs
+    assert st["totals"]["fallbacks"]["policy"] == 3 and st["totals"]["policy_kernel"] == 3, st
+    text = subprocess.run([str(d.build / "src" / "cli" / "shunt"), "status", "--socket",
+                           d.socket], capture_output=True, text=True, timeout=10).stdout
+    assert "BY POLICY" in text and f"[rule uid-{NOBODY}-to-uid-0]" in text, text
+    assert "connects left to the kernel (policy 3)" in text, text
 
 
 def test_rules_allow_kernel_refuse(daemon):

@@ -514,7 +514,9 @@ static void check_decoder(const uint8_t *rec, size_t len)
 	memcpy(&h, rec, sizeof(h));
 	CHECK(h.version == SHUNT_PROTO_VERSION && h.len == len, "check passed a bad header");
 	CHECK(len == shunt_proto_size(h.type) ||
-	      ((h.type & SHUNT_MSG_REPLY) && h.status && len == sizeof(h)),
+	      ((h.type & SHUNT_MSG_REPLY) && h.status && len == sizeof(h)) ||
+	      (h.type == (SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY) && h.status == SHUNT_KERNEL_POLICY &&
+	       len == sizeof(struct shunt_msg_connect_kernel)),
 	      "check passed a record of the wrong size");
 }
 
