@@ -20,6 +20,7 @@
 #include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
+#include "preload/tcpinfo.h"
 
 static int64_t timeout_us(int fd, int name)
 {
@@ -261,10 +262,11 @@ int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void 
 	}
 	if (shunt_libc.getsockopt(fd, level, name, val, len) < 0)
 		return -errno;
-	if (level == IPPROTO_TCP && name == TCP_INFO && st == SHUNT_SOCK_CONNECTED && *len >= 1) {
-		/* The kernel half is unconnected; the connection is established. */
-		((struct tcp_info *)val)->tcpi_state = TCP_ESTABLISHED;
-	}
+	/* The kernel half is unconnected, or a companion frozen in repair mode. */
+	if (level == IPPROTO_TCP && name == TCP_INFO && st == SHUNT_SOCK_CONNECTED)
+		shunt_tcpinfo_circuit(s->conn, val, *len);
+	else if (level == IPPROTO_TCP && name == TCP_INFO && st == SHUNT_SOCK_CONNECTING)
+		shunt_tcpinfo_connecting(val, *len);
 	return 0;
 }
 
