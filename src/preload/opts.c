@@ -185,6 +185,7 @@ void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to,
 		shunt_libc.setsockopt(nfd, inherited[i].level, inherited[i].name, val, len);
 	}
 	to->inherit = from->inherit;
+	atomic_store(&to->reuseaddr, atomic_load(&from->reuseaddr));
 	atomic_store(&to->rcvtimeo_us, atomic_load(&from->rcvtimeo_us));
 	atomic_store(&to->sndtimeo_us, atomic_load(&from->sndtimeo_us));
 	atomic_store(&to->linger_abort, atomic_load(&from->linger_abort));
@@ -218,6 +219,13 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 
 		shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &l);
 		set_rcvlowat(s, v > 0 ? v : 1);
+		break;
+	}
+	case SO_REUSEADDR: {
+		int v = 0;
+
+		memcpy(&v, val, len < sizeof(v) ? len : sizeof(v));
+		atomic_store(&s->reuseaddr, v != 0);
 		break;
 	}
 	case SO_LINGER: {
@@ -262,6 +270,13 @@ int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void 
 	}
 	if (shunt_libc.getsockopt(fd, level, name, val, len) < 0)
 		return -errno;
+	/*
+	 * SK_FORCE_REUSE, which no program can set: the kernel half is (or
+	 * was) a companion in repair mode, and the value is the program's.
+	 */
+	if (level == SOL_SOCKET && name == SO_REUSEADDR && *len >= sizeof(int) &&
+	    *(int *)val == 2)
+		*(int *)val = atomic_load(&s->reuseaddr);
 	/* The kernel half is unconnected, or a companion frozen in repair mode. */
 	if (level == IPPROTO_TCP && name == TCP_INFO && st == SHUNT_SOCK_CONNECTED)
 		shunt_tcpinfo_circuit(s->conn, val, *len);

@@ -56,6 +56,12 @@ struct shunt_sock {
 	struct shunt_conn *conn;	/* under lock; read by data calls once CONNECTED */
 	struct shunt_conn *retired;	/* shut connections other threads may still touch */
 	_Atomic uint32_t inherit;	/* options set that accepted sockets inherit (opts.c) */
+	/*
+	 * SO_REUSEADDR as the program set it (or the listener it was accepted
+	 * from): a kernel half in TCP_REPAIR mode reads 2 (SK_FORCE_REUSE)
+	 * until the program sets it again. opts.c.
+	 */
+	_Atomic bool reuseaddr;
 	struct shunt_list watchers;	/* under shunt_notice_lock: its epoll registrations */
 };
 

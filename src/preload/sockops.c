@@ -752,7 +752,7 @@ int shunt_sock_downgrade(struct shunt_sock *s, int fd)
 void shunt_op_adopt_listener(int fd)
 {
 	struct shunt_sock *s;
-	int domain = 0, type = 0, proto = 0, listening = 0;
+	int domain = 0, type = 0, proto = 0, listening = 0, reuse = 0;
 	socklen_t len = sizeof(int);
 	struct stat st;
 	long fl;
@@ -780,6 +780,10 @@ void shunt_op_adopt_listener(int fd)
 	if (!s)
 		return;
 	atomic_store(&s->rcvtimeo_us, timeout_of(fd));
+	/* What its connections inherit (a listener is never in repair mode). */
+	len = sizeof(int);
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &len) == 0)
+		atomic_store(&s->reuseaddr, reuse == 1);
 	atomic_store_explicit(&s->state, SHUNT_SOCK_LISTENING, memory_order_release);
 	shunt_fork_enter();
 	if (shunt_ctl_listen(fd, 0, &s->listener, &s->doorbell) < 0) {
