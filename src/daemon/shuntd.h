@@ -330,6 +330,9 @@ int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c,
 struct session *shuntd_circuit_holder(struct circuit *c, unsigned end);
 
 /* companion.c: real kernel sockets for the two ends (needs CAP_NET_ADMIN) */
+/* UNREPAIR: the kernel half of a socket whose circuit is gone, unconnected and out of repair. */
+void shuntd_companion_unrepair(struct shuntd *d, struct session *s,
+			       const struct shunt_msg_unrepair *m, int fd);
 int shuntd_companion_seqs(struct circuit *c);
 int shuntd_companion_connector(struct circuit *c, int fd);
 int shuntd_companion_acceptor(struct circuit *c, int domain);

@@ -697,7 +697,9 @@ unlocked:
 
 int shunt_conn_shutdown(struct shunt_conn *c, int how)
 {
-	sync_peer(c);
+	/* TCP_CLOSE (after a reset, or FINs both ways: the kernel's TIME_WAIT is elsewhere). */
+	if (shunt_conn_closed(c))
+		return -ENOTCONN;
 	if (how == SHUT_RD || how == SHUT_RDWR) {
 		atomic_fetch_or_explicit(&c->me->state, SHUNT_END_RD_SHUT, memory_order_release);
 		/* Our own blocked readers now see EOF. */
