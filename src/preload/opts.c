@@ -202,6 +202,9 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	i = inherited_index(level, name);
 	if (i >= 0)
 		atomic_fetch_or(&s->inherit, 1u << i);
+	/* shuntd defers circuits as the kernel defers connections: it reads the value anew. */
+	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT)
+		shunt_sock_listener_refresh(s, fd);
 	if (level != SOL_SOCKET)
 		return 0;
 	switch (name) {

@@ -80,6 +80,12 @@ void shunt_sock_retire_conn(struct shunt_sock *s, bool abort);
 void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown);
 void shunt_sock_close_doorbell(struct shunt_sock *s);
 
+/*
+ * A listener's setting shuntd follows changed (TCP_DEFER_ACCEPT): shuntd
+ * reads the registered socket @fd anew. Takes the lock.
+ */
+void shunt_sock_listener_refresh(struct shunt_sock *s, int fd);
+
 /* A new socket for @domain with one reference, or NULL without memory. */
 struct shunt_sock *shunt_sock_new(int domain, bool nonblock);
 

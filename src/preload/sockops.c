@@ -119,6 +119,18 @@ out:
 	return r;
 }
 
+void shunt_sock_listener_refresh(struct shunt_sock *s, int fd)
+{
+	uint64_t id;
+
+	shunt_fork_enter();
+	pthread_mutex_lock(&s->lock);
+	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->listener)
+		shunt_ctl_listen(fd, s->listener, &id, NULL);
+	pthread_mutex_unlock(&s->lock);
+	shunt_fork_leave();
+}
+
 /* Leave the connection to the kernel and stop looking at this descriptor. */
 static int kernel_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr,
 			  socklen_t len)
