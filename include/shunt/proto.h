@@ -31,7 +31,8 @@ enum shunt_msg_type {
 	SHUNT_MSG_FORK_DONE = 15,	/* lib -> d, not replied */
 	SHUNT_MSG_DOWNGRADE = 16,	/* lib -> d, replied */
 	SHUNT_MSG_STATUS_POLICY = 17,	/* d -> cli */
-	SHUNT_MSG_TYPE_MAX = 17,
+	SHUNT_MSG_UNREPAIR = 18,	/* lib -> d + socket, replied */
+	SHUNT_MSG_TYPE_MAX = 18,
 	SHUNT_MSG_REPLY = 0x8000,	/* or'ed into the type of a reply */
 };
 
@@ -279,6 +280,18 @@ struct shunt_msg_fork_done {
 struct shunt_msg_downgrade {
 	struct shunt_msg_hdr h;
 	uint64_t circuit;
+};
+
+/*
+ * UNREPAIR: the circuit of this socket is gone while the socket lives on
+ * (refused, disconnected, reconnecting): its kernel half, a companion
+ * ESTABLISHED in TCP_REPAIR mode, goes back to an unconnected socket out of
+ * repair mode, without a packet and without an error pending. Only shuntd
+ * may leave repair mode (CAP_NET_ADMIN). A socket not in repair mode is
+ * left alone.
+ */
+struct shunt_msg_unrepair {
+	struct shunt_msg_hdr h;
 };
 
 struct shunt_msg_status {

@@ -43,6 +43,8 @@ size_t shunt_proto_size(uint16_t type)
 	case SHUNT_MSG_FORK_DONE: return sizeof(struct shunt_msg_fork_done);
 	case SHUNT_MSG_DOWNGRADE: return sizeof(struct shunt_msg_downgrade);
 	case SHUNT_MSG_DOWNGRADE | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
+	case SHUNT_MSG_UNREPAIR: return sizeof(struct shunt_msg_unrepair);
+	case SHUNT_MSG_UNREPAIR | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
 	case SHUNT_MSG_STATUS: return sizeof(struct shunt_msg_status);
 	case SHUNT_MSG_STATUS_SESSION: return sizeof(struct shunt_msg_status_session);
 	case SHUNT_MSG_STATUS_LISTENER: return sizeof(struct shunt_msg_status_listener);

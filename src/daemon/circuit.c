@@ -60,6 +60,8 @@ void shuntd_circuit_unqueue(struct circuit *c)
 {
 	if (c->queue == CIRCUIT_ACCEPTQ)
 		c->listener->queued--;
+	if (c->queue == CIRCUIT_DEFERRED)
+		c->listener->ndeferred--;
 	if (c->queue != CIRCUIT_UNQUEUED)
 		shunt_list_del(&c->queue_node);
 	c->queue = CIRCUIT_UNQUEUED;

@@ -285,3 +285,31 @@ int shuntd_companion_release(struct circuit *c, const int kfd[2])
 			r = -errno;
 	return r;
 }
+
+void shuntd_companion_unrepair(struct shuntd *d, struct session *s,
+			       const struct shunt_msg_unrepair *m, int fd)
+{
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+	int on = 0, off = TCP_REPAIR_OFF_NO_WP, err;
+	socklen_t len = sizeof(on);
+	int r = 0;
+
+	(void)d;
+	/*
+	 * Only ever takes power away: a socket out of repair mode is what the
+	 * process could have made itself. In repair mode the disconnect sends
+	 * nothing (and leaves ECONNABORTED pending, read away below); out of
+	 * it, no window probe either.
+	 */
+	if (getsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &on, &len) < 0)
+		r = -errno;
+	else if (on && connect(fd, &unspec, sizeof(unspec)) < 0)
+		r = -errno;
+	else if (on && setsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &off, sizeof(off)) < 0)
+		r = -errno;
+	len = sizeof(err);
+	if (r == 0 && on)
+		getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+	close(fd);
+	shuntd_session_reply_status(s, SHUNT_MSG_UNREPAIR, m->h.seq, r);
+}

@@ -197,11 +197,8 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		       shuntd_companion_seqs(c) == 0 && shuntd_companion_connector(c, fd) == 0;
 	c->listener = l;
 	if (l->queued < l->max_queued) {
-		c->queue = CIRCUIT_ACCEPTQ;
-		shunt_list_add_tail(&l->acceptq, &c->queue_node);
-		l->queued++;
 		atomic_store(&c->hdr->setup, SHUNT_SETUP_ESTABLISHED);
-		eventfd_write(l->doorbell, 1);
+		shuntd_listener_enqueue(d, l, c);
 	} else {
 		/* Like a SYN dropped on a full accept queue: it waits for room. */
 		c->queue = CIRCUIT_SYN;
@@ -275,6 +272,8 @@ void shuntd_close(struct shuntd *d, struct session *s, const struct shunt_msg_cl
 		shuntd_circuit_unqueue(c);
 		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
 	}
+	if (m->end == SHUNT_END_CONNECTOR && c->queue == CIRCUIT_DEFERRED)
+		shuntd_listener_deferred_closed(d, c);
 	last = c->end[m->end].holds.next == &h->node && c->end[m->end].holds.prev == &h->node;
 	shuntd_hold_release(d, h, false);
 	/* Only the last holder's close ends the connection: it publishes the FIN. */

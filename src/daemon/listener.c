@@ -6,10 +6,12 @@
  * accept queue of circuits and a backlog as large as the kernel's.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
 
@@ -67,8 +69,9 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 			shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOENT);
 			return;
 		}
-		/* listen() again: the kernel changed the backlog; so do we. */
+		/* listen() again (or TCP_DEFER_ACCEPT set): the kernel changed it; so do we. */
 		l->max_queued = f.max_backlog + 1;
+		l->defer_ms = f.defer_accept * 1000;
 		shuntd_listener_admit(d, l);
 		reply_listen(s, m->h.seq, l->id, -1);
 		shuntd_netns_put(d, ns);
@@ -121,8 +124,12 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	l->v6only = f.v6only;
 	l->inode = f.inode;
 	l->max_queued = f.max_backlog + 1;
+	l->defer_ms = f.defer_accept * 1000;
+	l->reuseport = f.reuseport;
+	l->uid = f.uid;
 	shunt_list_init(&l->acceptq);
 	shunt_list_init(&l->synq);
+	shunt_list_init(&l->deferq);
 	char a[SHUNT_ADDR_STRLEN];
 
 	shunt_debug("listener %llu: %s backlog %u (pid %d)", (unsigned long long)l->id,
@@ -152,9 +159,109 @@ struct session *shuntd_listener_holder(struct listener *l)
 	return shunt_list_first(&l->holds, struct hold, node)->session;
 }
 
+/* Whether @a and @b are one SO_REUSEPORT group: same address, both set it, one owner. */
+static bool same_group(const struct listener *a, const struct listener *b)
+{
+	return a != b && a->reuseport && b->reuseport && a->netns == b->netns &&
+	       a->uid == b->uid && a->v6only == b->v6only &&
+	       shunt_addr_same_ip(&a->addr, &b->addr) && a->addr.port == b->addr.port &&
+	       a->addr.scope_id == b->addr.scope_id;
+}
+
+/* Another listener of @l's group, for the connections @l leaves behind, or NULL. */
+static struct listener *group_heir(struct shuntd *d, struct listener *l)
+{
+	struct listener *o;
+	uint64_t key;
+	size_t it = 0;
+
+	while ((o = shunt_map_next(&d->listeners, &it, &key)))
+		if (same_group(l, o))
+			return o;
+	return NULL;
+}
+
+/*
+ * net.ipv4.tcp_migrate_req of the daemon's own namespace: 1 moves the
+ * connections of a closing SO_REUSEPORT listener to another of its group.
+ * Read for listeners in that namespace only; elsewhere the default (0).
+ */
+static bool migrate_req(struct shuntd *d, const struct listener *l)
+{
+	char c = '0';
+	int fd;
+
+	if (l->netns != d->netns_self)
+		return false;
+	fd = open("/proc/sys/net/ipv4/tcp_migrate_req", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (read(fd, &c, 1) != 1)
+		c = '0';
+	close(fd);
+	return c == '1';
+}
+
+/* Move every circuit queued on @l to @to, in order, as the kernel migrates requests. */
+static void migrate(struct shuntd *d, struct listener *l, struct listener *to)
+{
+	struct shunt_list *pos, *tmp;
+
+	shunt_list_for_each_safe(pos, tmp, &l->acceptq) {
+		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
+
+		shuntd_circuit_unqueue(c);
+		c->listener = to;
+		c->queue = CIRCUIT_ACCEPTQ;
+		shunt_list_add_tail(&to->acceptq, &c->queue_node);
+		to->queued++;
+		eventfd_write(to->doorbell, 1);
+	}
+	shunt_list_for_each_safe(pos, tmp, &l->deferq) {
+		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
+		int64_t until = c->defer_until;
+
+		shuntd_circuit_unqueue(c);
+		c->listener = to;
+		c->queue = CIRCUIT_DEFERRED;
+		c->defer_until = until;
+		shunt_list_add_tail(&to->deferq, &c->queue_node);
+		to->ndeferred++;
+	}
+	shunt_list_for_each_safe(pos, tmp, &l->synq) {
+		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
+
+		shuntd_circuit_unqueue(c);
+		c->listener = to;
+		c->queue = CIRCUIT_SYN;
+		shunt_list_add_tail(&to->synq, &c->queue_node);
+	}
+	shuntd_listener_admit(d, to);
+}
+
 void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
 {
 	struct shunt_list *pos, *tmp;
+	struct listener *heir = l->reuseport ? group_heir(d, l) : NULL;
+
+	/*
+	 * A SO_REUSEPORT group hands them on when the kernel would (its
+	 * tcp_migrate_req); a SYN waiting for room meets the group's next
+	 * listener in either case, since the kernel's retransmission would.
+	 */
+	if (heir && migrate_req(d, l))
+		migrate(d, l, heir);
+	if (heir) {
+		shunt_list_for_each_safe(pos, tmp, &l->synq) {
+			struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
+
+			shuntd_circuit_unqueue(c);
+			c->listener = heir;
+			c->queue = CIRCUIT_SYN;
+			shunt_list_add_tail(&heir->synq, &c->queue_node);
+		}
+		shuntd_listener_admit(d, heir);
+	}
 
 	/* A SYN still waiting for room meets a closed port: connection refused. */
 	shunt_list_for_each_safe(pos, tmp, &l->synq) {
@@ -164,7 +271,15 @@ void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
 		shuntd_circuit_set_setup(d, c, SHUNT_SETUP_REFUSED);
 		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
 	}
-	/* Established but never accepted: the kernel resets them. */
+	/* Established but never accepted (or deferred, waiting for data): the kernel resets them. */
+	shunt_list_for_each_safe(pos, tmp, &l->deferq) {
+		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
+
+		shuntd_circuit_unqueue(c);
+		atomic_fetch_or(&c->hdr->end[SHUNT_END_ACCEPTOR].state,
+				SHUNT_END_CLOSED | SHUNT_END_RESET);
+		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
+	}
 	shunt_list_for_each_safe(pos, tmp, &l->acceptq) {
 		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
 
@@ -220,6 +335,35 @@ static int score(const struct listener *l, const struct shunt_wire_addr *dst)
 	return shunt_addr_same_ip(&la, dst) && la.scope_id == dst->scope_id ? 3 : -1;
 }
 
+/*
+ * One listener of @l's SO_REUSEPORT group (@l itself if alone). The kernel
+ * hashes the 4-tuple over the group's sockets; in turn over the group
+ * spreads connections as evenly, and a listener that leaves the group
+ * leaves the turn. Members that are not shunt listeners (a program running
+ * without shunt) are unknown here: shunt clients never reach them.
+ */
+static struct listener *spread(struct shuntd *d, struct listener *l)
+{
+	static uint32_t turn;
+	struct listener *o, *pick = l;
+	uint32_t n = 1, want;
+	uint64_t key;
+	size_t it = 0;
+
+	while ((o = shunt_map_next(&d->listeners, &it, &key)))
+		n += same_group(l, o);
+	if (n == 1)
+		return l;
+	want = turn++ % n;
+	if (want == 0)
+		return l;
+	it = 0;
+	while ((o = shunt_map_next(&d->listeners, &it, &key)))
+		if (same_group(l, o) && --want == 0)
+			pick = o;
+	return pick;
+}
+
 /* The best listener for @dst in namespace @netns, or NULL. */
 static struct listener *best_in(struct shuntd *d, uint64_t netns, const struct shunt_wire_addr *dst)
 {
@@ -238,7 +382,7 @@ static struct listener *best_in(struct shuntd *d, uint64_t netns, const struct s
 			best = l;
 		}
 	}
-	return best;
+	return best && best->reuseport ? spread(d, best) : best;
 }
 
 /* Whether some listener outside @netns could take @dst (before asking the kernel the way). */
@@ -292,16 +436,137 @@ struct listener *shuntd_listener_match(struct shuntd *d, struct netns *from, uin
 	return best_in(d, to->inode, &dst);
 }
 
+static bool any_deferred;	/* some listener may have deferred circuits */
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Into the accept queue: accept() and the listener's poll see it now. */
+static void to_acceptq(struct listener *l, struct circuit *c)
+{
+	c->listener = l;
+	c->queue = CIRCUIT_ACCEPTQ;
+	shunt_list_add_tail(&l->acceptq, &c->queue_node);
+	l->queued++;
+	eventfd_write(l->doorbell, 1);
+}
+
+void shuntd_listener_enqueue(struct shuntd *d, struct listener *l, struct circuit *c)
+{
+	(void)d;
+	if (!l->defer_ms) {
+		to_acceptq(l, c);
+		return;
+	}
+	/*
+	 * The kernel keeps such a connection a request socket (the client is
+	 * ESTABLISHED) until its first segment with data or a FIN arrives,
+	 * or until the SYN-ACK retransmissions the timeout was rounded to
+	 * are over; it does not count against the accept queue meanwhile.
+	 */
+	c->listener = l;
+	c->queue = CIRCUIT_DEFERRED;
+	c->defer_until = now_ms() + l->defer_ms;
+	shunt_list_add_tail(&l->deferq, &c->queue_node);
+	l->ndeferred++;
+	any_deferred = true;
+}
+
 void shuntd_listener_admit(struct shuntd *d, struct listener *l)
 {
 	while (!shunt_list_empty(&l->synq) && l->queued < l->max_queued) {
 		struct circuit *c = shunt_list_first(&l->synq, struct circuit, queue_node);
 
-		shunt_list_del(&c->queue_node);
-		c->queue = CIRCUIT_ACCEPTQ;
-		shunt_list_add_tail(&l->acceptq, &c->queue_node);
-		l->queued++;
-		eventfd_write(l->doorbell, 1);
+		shuntd_circuit_unqueue(c);
+		shuntd_listener_enqueue(d, l, c);
 		shuntd_circuit_set_setup(d, c, SHUNT_SETUP_ESTABLISHED);
 	}
+}
+
+/*
+ * Whether deferred circuit @c is complete: the client sent a byte or its
+ * FIN (ring 0 carries the connector's bytes). Shared memory the client
+ * writes: a lie only makes its own connection acceptable early.
+ */
+static bool deferred_done(struct circuit *c, int64_t now)
+{
+	struct shunt_circuit_end *e = &c->hdr->end[SHUNT_END_CONNECTOR];
+
+	return atomic_load_explicit(&c->hdr->ring[SHUNT_END_CONNECTOR].tail,
+				    memory_order_acquire) != 0 ||
+	       (atomic_load_explicit(&e->state, memory_order_acquire) & SHUNT_END_WR_SHUT) ||
+	       now >= c->defer_until;
+}
+
+/* Move @l's complete deferred circuits into its accept queue, as room allows. */
+static void promote(struct listener *l, int64_t now)
+{
+	struct shunt_list *pos, *tmp;
+
+	shunt_list_for_each_safe(pos, tmp, &l->deferq) {
+		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
+
+		/* A full accept queue drops the completing segment: the client sends it again. */
+		if (l->queued >= l->max_queued)
+			return;
+		if (!deferred_done(c, now))
+			continue;
+		shuntd_circuit_unqueue(c);
+		to_acceptq(l, c);
+	}
+}
+
+void shuntd_listener_deferred_closed(struct shuntd *d, struct circuit *c)
+{
+	struct listener *l = c->listener;
+	uint32_t st = atomic_load(&c->hdr->end[SHUNT_END_CONNECTOR].state);
+
+	/* Its FIN completes the connection; a reset ends the request unseen. */
+	if ((st & SHUNT_END_WR_SHUT) && !(st & SHUNT_END_RESET) && l->queued < l->max_queued) {
+		shuntd_circuit_unqueue(c);
+		to_acceptq(l, c);
+		return;
+	}
+	if (!(st & SHUNT_END_WR_SHUT) || (st & SHUNT_END_RESET)) {
+		shuntd_circuit_unqueue(c);
+		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
+	}
+}
+
+/* How often deferred circuits are looked at: a client's first byte waits at most this. */
+enum { DEFER_TICK_MS = 5 };
+
+int shuntd_listener_next_tick(struct shuntd *d)
+{
+	(void)d;
+	return any_deferred ? DEFER_TICK_MS : -1;
+}
+
+void shuntd_listener_tick(struct shuntd *d)
+{
+	static int64_t last;
+	int64_t now;
+	struct listener *l;
+	uint64_t key;
+	size_t it = 0;
+	bool left = false;
+
+	if (!any_deferred)
+		return;
+	now = now_ms();
+	if (now - last < DEFER_TICK_MS)
+		return;
+	last = now;
+	while ((l = shunt_map_next(&d->listeners, &it, &key))) {
+		if (!l->ndeferred)
+			continue;
+		promote(l, now);
+		left |= l->ndeferred != 0;
+	}
+	any_deferred = left;
 }

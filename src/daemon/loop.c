@@ -78,6 +78,11 @@ int shuntd_loop_run(struct shuntd *d)
 			}
 			timeout = (int)left;
 		}
+		/* TCP_DEFER_ACCEPT: deferred circuits are looked at while there are any. */
+		int tick = shuntd_listener_next_tick(d);
+
+		if (tick >= 0 && (timeout < 0 || tick < timeout))
+			timeout = tick;
 		n = epoll_wait(d->epfd, evs, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -114,6 +119,7 @@ int shuntd_loop_run(struct shuntd *d)
 				shuntd_session_input(d, tag);
 			}
 		}
+		shuntd_listener_tick(d);
 		if (d->sessions.len)
 			idle_since = now_ms();
 	}

@@ -150,6 +150,7 @@ enum circuit_queue {
 	CIRCUIT_UNQUEUED = 0,
 	CIRCUIT_SYN,			/* waits for room in the accept queue */
 	CIRCUIT_ACCEPTQ,		/* established, waits for accept() */
+	CIRCUIT_DEFERRED,		/* established, TCP_DEFER_ACCEPT waits for its data */
 };
 
 struct circuit_end {
@@ -173,6 +174,7 @@ struct circuit {
 	uint64_t kino[2];		/* inode of each end's companion (companion.c) */
 	bool downgraded;		/* the kernel carries it now (downgrade.c) */
 	struct listener *listener;	/* while queued */
+	int64_t defer_until;		/* CIRCUIT_DEFERRED: accepted anyway then (ms, monotonic) */
 	enum circuit_queue queue;
 	struct shunt_list queue_node;
 };
@@ -190,6 +192,11 @@ struct listener {
 	uint32_t queued;		/* circuits in acceptq */
 	struct shunt_list acceptq;
 	struct shunt_list synq;
+	struct shunt_list deferq;	/* established, not yet acceptable (TCP_DEFER_ACCEPT) */
+	uint32_t ndeferred;		/* circuits in deferq */
+	uint32_t defer_ms;		/* TCP_DEFER_ACCEPT as the kernel rounded it, in ms; 0: off */
+	bool reuseport;			/* SO_REUSEPORT: one of a group sharing the address */
+	uid_t uid;			/* the socket's owner: a group has one */
 	int doorbell;			/* EFD_SEMAPHORE: value == queued */
 };
 
@@ -273,6 +280,9 @@ struct sock_facts {
 	uint64_t netns;
 	uint64_t inode;
 	uint32_t max_backlog;
+	uint32_t defer_accept;		/* TCP_DEFER_ACCEPT, seconds as the kernel reports it */
+	bool reuseport;			/* SO_REUSEPORT */
+	uid_t uid;			/* owner of the socket (its inode's) */
 	struct shunt_wire_addr local;
 };
 int shuntd_socket_facts(int fd, struct sock_facts *f);
@@ -299,6 +309,16 @@ struct listener *shuntd_listener_match(struct shuntd *d, struct netns *from, uin
 				       struct shunt_wire_addr *src);
 /* Move circuits from the SYN queue into free accept-queue room. */
 void shuntd_listener_admit(struct shuntd *d, struct listener *l);
+/*
+ * Queue an established circuit @c on @l: acceptable at once, or after its
+ * first byte (or FIN, or the timeout) with TCP_DEFER_ACCEPT.
+ */
+void shuntd_listener_enqueue(struct shuntd *d, struct listener *l, struct circuit *c);
+/* The connector of deferred circuit @c let go of it: accepted (a FIN came) or dropped. */
+void shuntd_listener_deferred_closed(struct shuntd *d, struct circuit *c);
+/* Milliseconds until deferred circuits need a look (-1: none), and the look. */
+int shuntd_listener_next_tick(struct shuntd *d);
+void shuntd_listener_tick(struct shuntd *d);
 /* A session holding @l, for the status display (NULL if none). */
 struct session *shuntd_listener_holder(struct listener *l);
 
@@ -346,6 +366,9 @@ int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c,
 struct session *shuntd_circuit_holder(struct circuit *c, unsigned end);
 
 /* companion.c: real kernel sockets for the two ends (needs CAP_NET_ADMIN) */
+/* UNREPAIR: the kernel half of a socket whose circuit is gone, unconnected and out of repair. */
+void shuntd_companion_unrepair(struct shuntd *d, struct session *s,
+			       const struct shunt_msg_unrepair *m, int fd);
 int shuntd_companion_seqs(struct circuit *c);
 int shuntd_companion_connector(struct circuit *c, int fd);
 int shuntd_companion_acceptor(struct circuit *c, int domain);

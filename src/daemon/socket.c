@@ -101,6 +101,7 @@ int shuntd_socket_facts(int fd, struct sock_facts *f)
 	if (!S_ISSOCK(st.st_mode))
 		return -ENOTSOCK;
 	f->inode = st.st_ino;
+	f->uid = st.st_uid;
 	if ((r = getint(fd, SOL_SOCKET, SO_DOMAIN, &f->domain)) < 0 ||
 	    (r = getint(fd, SOL_SOCKET, SO_TYPE, &type)) < 0 ||
 	    (r = getint(fd, SOL_SOCKET, SO_PROTOCOL, &proto)) < 0 ||
@@ -129,6 +130,12 @@ int shuntd_socket_facts(int fd, struct sock_facts *f)
 		if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0)
 			return -errno;
 		f->max_backlog = ti.tcpi_sacked;
+		if ((r = getint(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &acc)) < 0)
+			return r;
+		f->defer_accept = acc > 0 ? (uint32_t)acc : 0;
 	}
+	if ((r = getint(fd, SOL_SOCKET, SO_REUSEPORT, &acc)) < 0)
+		return r;
+	f->reuseport = acc != 0;
 	return netns_of(fd, &f->netns);
 }

@@ -697,7 +697,9 @@ unlocked:
 
 int shunt_conn_shutdown(struct shunt_conn *c, int how)
 {
-	sync_peer(c);
+	/* TCP_CLOSE (after a reset, or FINs both ways: the kernel's TIME_WAIT is elsewhere). */
+	if (shunt_conn_closed(c))
+		return -ENOTCONN;
 	if (how == SHUT_RD || how == SHUT_RDWR) {
 		atomic_fetch_or_explicit(&c->me->state, SHUNT_END_RD_SHUT, memory_order_release);
 		/* Our own blocked readers now see EOF. */
@@ -770,6 +772,44 @@ bool shunt_conn_closed(struct shunt_conn *c)
 	/* Reset, or FINs both ways: the kernel's TCP_CLOSE (the time-wait is elsewhere). */
 	return is_dead(c) || ((my_state(c) & SHUNT_END_WR_SHUT) &&
 					 (ps & (SHUNT_END_WR_SHUT | SHUNT_END_CLOSED)));
+}
+
+/* include/net/tcp_states.h: <netinet/tcp.h> cannot be included with <linux/tcp.h>. */
+enum kernel_tcp_state {
+	K_ESTABLISHED = 1,
+	K_FIN_WAIT1 = 4,
+	K_FIN_WAIT2 = 5,
+	K_CLOSE = 7,
+	K_CLOSE_WAIT = 8,
+};
+
+int shunt_conn_tcp_state(struct shunt_conn *c)
+{
+	uint32_t ps = sync_peer(c), ms = my_state(c);
+	uint64_t out;
+
+	if (is_dead(c))
+		return K_CLOSE;
+	if (ms & SHUNT_END_WR_SHUT) {
+		if (ps & (SHUNT_END_WR_SHUT | SHUNT_END_CLOSED))
+			return K_CLOSE;
+		/* A FIN queued behind bytes the peer has no room for is not acknowledged yet. */
+		out = atomic_load_explicit(&c->tx.ctl->tail, memory_order_relaxed) -
+		      atomic_load_explicit(&c->tx.ctl->head, memory_order_acquire);
+		return out >= c->ring_size ? K_FIN_WAIT1 : K_FIN_WAIT2;
+	}
+	return ps & (SHUNT_END_WR_SHUT | SHUNT_END_CLOSED) ? K_CLOSE_WAIT : K_ESTABLISHED;
+}
+
+bool shunt_conn_fin_sent(struct shunt_conn *c)
+{
+	return my_state(c) & SHUNT_END_WR_SHUT;
+}
+
+bool shunt_conn_fin_received(struct shunt_conn *c)
+{
+	/* A reset sets no WR_SHUT bit: only a FIN does. */
+	return atomic_load_explicit(&c->peer->state, memory_order_acquire) & SHUNT_END_WR_SHUT;
 }
 
 uint64_t shunt_conn_tx_bytes(struct shunt_conn *c)

@@ -130,6 +130,19 @@ unsigned shunt_conn_poll(struct shunt_conn *c, int lowat);
 /* Whether the connection reached the kernel's TCP_CLOSE (getpeername says ENOTCONN). */
 bool shunt_conn_closed(struct shunt_conn *c);
 
+/*
+ * The kernel TCP state (include/net/tcp_states.h numbers) this end would be
+ * in: ESTABLISHED, CLOSE_WAIT after the peer's FIN, FIN_WAIT1/2 after ours,
+ * CLOSE after both or a reset. On loopback a FIN is acknowledged at once,
+ * so LAST_ACK, CLOSING and TIME_WAIT (which only an orphaned socket keeps)
+ * are never what a program sees. Lock-free.
+ */
+int shunt_conn_tcp_state(struct shunt_conn *c);
+
+/* Whether our FIN went out, and whether the peer's arrived (TCP_INFO's byte counts). */
+bool shunt_conn_fin_sent(struct shunt_conn *c);
+bool shunt_conn_fin_received(struct shunt_conn *c);
+
 /* SO_ERROR: the pending error (cleared), or 0. */
 int shunt_conn_take_error(struct shunt_conn *c);
 

@@ -473,3 +473,15 @@ int shunt_ctl_downgrade(uint64_t circuit, int fd)
 	r = request(&m, &fd, 1, reply, NULL, &n);
 	return r > 0 ? -EPROTO : r;
 }
+
+int shunt_ctl_unrepair(int fd)
+{
+	struct shunt_msg_unrepair m;
+	_Alignas(8) char reply[SHUNT_MSG_MAX];
+	unsigned n = 0;
+	int r;
+
+	shunt_proto_init(&m, SHUNT_MSG_UNREPAIR, sizeof(m), 0);
+	r = request(&m, &fd, 1, reply, NULL, &n);
+	return r > 0 ? -EPROTO : r;
+}

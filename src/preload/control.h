@@ -102,6 +102,13 @@ int shunt_ctl_claim(uint64_t ticket, uint64_t secret);
  */
 int shunt_ctl_downgrade(uint64_t circuit, int fd);
 
+/*
+ * The kernel half @fd of a socket whose circuit is gone goes back to an
+ * unconnected socket out of TCP repair mode (shuntd alone may do that).
+ * 0 or -errno.
+ */
+int shunt_ctl_unrepair(int fd);
+
 /* Close every descriptor of a grant that was not used. */
 void shunt_grant_discard(struct shunt_grant *g);
 

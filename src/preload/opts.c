@@ -20,6 +20,7 @@
 #include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
+#include "preload/tcpinfo.h"
 
 static int64_t timeout_us(int fd, int name)
 {
@@ -184,6 +185,7 @@ void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to,
 		shunt_libc.setsockopt(nfd, inherited[i].level, inherited[i].name, val, len);
 	}
 	to->inherit = from->inherit;
+	atomic_store(&to->reuseaddr, atomic_load(&from->reuseaddr));
 	atomic_store(&to->rcvtimeo_us, atomic_load(&from->rcvtimeo_us));
 	atomic_store(&to->sndtimeo_us, atomic_load(&from->sndtimeo_us));
 	atomic_store(&to->linger_abort, atomic_load(&from->linger_abort));
@@ -200,6 +202,9 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	i = inherited_index(level, name);
 	if (i >= 0)
 		atomic_fetch_or(&s->inherit, 1u << i);
+	/* shuntd defers circuits as the kernel defers connections: it reads the value anew. */
+	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT)
+		shunt_sock_listener_refresh(s, fd);
 	if (level != SOL_SOCKET)
 		return 0;
 	switch (name) {
@@ -217,6 +222,13 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 
 		shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &l);
 		set_rcvlowat(s, v > 0 ? v : 1);
+		break;
+	}
+	case SO_REUSEADDR: {
+		int v = 0;
+
+		memcpy(&v, val, len < sizeof(v) ? len : sizeof(v));
+		atomic_store(&s->reuseaddr, v != 0);
 		break;
 	}
 	case SO_LINGER: {
@@ -261,10 +273,18 @@ int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void 
 	}
 	if (shunt_libc.getsockopt(fd, level, name, val, len) < 0)
 		return -errno;
-	if (level == IPPROTO_TCP && name == TCP_INFO && st == SHUNT_SOCK_CONNECTED && *len >= 1) {
-		/* The kernel half is unconnected; the connection is established. */
-		((struct tcp_info *)val)->tcpi_state = TCP_ESTABLISHED;
-	}
+	/*
+	 * SK_FORCE_REUSE, which no program can set: the kernel half is (or
+	 * was) a companion in repair mode, and the value is the program's.
+	 */
+	if (level == SOL_SOCKET && name == SO_REUSEADDR && *len >= sizeof(int) &&
+	    *(int *)val == 2)
+		*(int *)val = atomic_load(&s->reuseaddr);
+	/* The kernel half is unconnected, or a companion frozen in repair mode. */
+	if (level == IPPROTO_TCP && name == TCP_INFO && st == SHUNT_SOCK_CONNECTED)
+		shunt_tcpinfo_circuit(s->conn, val, *len);
+	else if (level == IPPROTO_TCP && name == TCP_INFO && st == SHUNT_SOCK_CONNECTING)
+		shunt_tcpinfo_connecting(val, *len);
 	return 0;
 }
 

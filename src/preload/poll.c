@@ -34,7 +34,8 @@ bool shunt_poll_has_ours(const struct pollfd *fds, nfds_t n)
 
 unsigned shunt_sock_poll_mask(struct shunt_sock *s, int fd)
 {
-	struct pollfd p = { fd, POLLIN | POLLOUT | POLLRDHUP | POLLPRI, 0 };
+	struct pollfd p = { fd, POLLIN | POLLOUT | POLLRDHUP | POLLPRI | POLLRDNORM | POLLWRNORM |
+				POLLRDBAND | POLLWRBAND, 0 };
 	struct timespec zero = { 0, 0 };
 	unsigned mask;
 
@@ -56,9 +57,12 @@ unsigned shunt_sock_poll_mask(struct shunt_sock *s, int fd)
 			return shunt_conn_poll(c, shunt_sock_opt_rcvlowat(s));
 		if (setup == SHUNT_SETUP_PENDING)
 			return 0;
-		/* Refused: what the kernel half says, plus the pending error. */
-		mask = shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ? (unsigned)p.revents : 0;
-		return mask | POLLERR;
+		/*
+		 * Refused (the next call on the socket makes it unconnected):
+		 * as tcp_done leaves it, closed with both sides shut, and the
+		 * pending error.
+		 */
+		return POLLIN | POLLRDNORM | POLLRDHUP | POLLOUT | POLLWRNORM | POLLHUP | POLLERR;
 	}
 	/* Not a circuit (any more): the kernel half, plus a refused circuit's error. */
 	mask = shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) > 0 ? (unsigned)p.revents : 0;

@@ -51,6 +51,7 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	s->conn = NULL;
 	s->retired = NULL;
 	s->inherit = 0;
+	atomic_store(&s->reuseaddr, false);
 	shunt_list_init(&s->watchers);
 	s->f.kind = SHUNT_FILE_SOCK;
 	/* Release: the fields above are visible to whoever gets a reference. */

@@ -56,6 +56,12 @@ struct shunt_sock {
 	struct shunt_conn *conn;	/* under lock; read by data calls once CONNECTED */
 	struct shunt_conn *retired;	/* shut connections other threads may still touch */
 	_Atomic uint32_t inherit;	/* options set that accepted sockets inherit (opts.c) */
+	/*
+	 * SO_REUSEADDR as the program set it (or the listener it was accepted
+	 * from): a kernel half in TCP_REPAIR mode reads 2 (SK_FORCE_REUSE)
+	 * until the program sets it again. opts.c.
+	 */
+	_Atomic bool reuseaddr;
 	struct shunt_list watchers;	/* under shunt_notice_lock: its epoll registrations */
 };
 
@@ -73,6 +79,12 @@ void shunt_sock_retire_conn(struct shunt_sock *s, bool abort);
  */
 void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown);
 void shunt_sock_close_doorbell(struct shunt_sock *s);
+
+/*
+ * A listener's setting shuntd follows changed (TCP_DEFER_ACCEPT): shuntd
+ * reads the registered socket @fd anew. Takes the lock.
+ */
+void shunt_sock_listener_refresh(struct shunt_sock *s, int fd);
 
 /* A new socket for @domain with one reference, or NULL without memory. */
 struct shunt_sock *shunt_sock_new(int domain, bool nonblock);

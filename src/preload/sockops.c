@@ -124,6 +124,18 @@ out:
 	return r;
 }
 
+void shunt_sock_listener_refresh(struct shunt_sock *s, int fd)
+{
+	uint64_t id;
+
+	shunt_fork_enter();
+	pthread_mutex_lock(&s->lock);
+	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->listener)
+		shunt_ctl_listen(fd, s->listener, &id, NULL);
+	pthread_mutex_unlock(&s->lock);
+	shunt_fork_leave();
+}
+
 /* Leave the connection to the kernel and stop looking at this descriptor. */
 static int kernel_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr,
 			  socklen_t len)
@@ -187,6 +199,60 @@ static bool kernel_took_over(struct shunt_sock *s)
 	return false;
 }
 
+/* A descriptor of @s in this process, or -1 (a rare path: a scan finds one). */
+static int fd_of(struct shunt_sock *s)
+{
+	size_t high = shunt_fdt_high();
+
+	for (size_t fd = 0; fd < high; fd++)
+		if (shunt_fdt_get((int)fd) == s)
+			return (int)fd;
+	return -1;
+}
+
+/*
+ * The kernel half of @s once its circuit is gone and the socket lives on:
+ * an unconnected socket again, as the kernel's own would be. A companion
+ * frozen ESTABLISHED in repair mode leaves it (only shuntd may do that),
+ * and takes the program's SO_REUSEADDR back, which leaving repair mode
+ * resets. With @shut both its sides are shut, as tcp_done leaves a socket
+ * that a reset or refusal ended (poll then says POLLIN|POLLRDHUP too).
+ * Under s->lock; @fd may be -1 (one is looked for).
+ */
+static void restore_half(struct shunt_sock *s, int fd, bool shut)
+{
+	int repair = 0, one = 1;
+	socklen_t len = sizeof(repair);
+
+	if (fd < 0)
+		fd = fd_of(s);
+	if (fd < 0)
+		return;
+	if (shunt_libc.getsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 && repair) {
+		int r = shunt_ctl_unrepair(fd);
+
+		if (r < 0)
+			shunt_warn("fd %d stays a frozen companion after its circuit ended: %s", fd,
+				   strerror(-r));
+		if (atomic_load(&s->reuseaddr))
+			shunt_libc.setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	}
+	if (shut)
+		shunt_libc.shutdown(fd, SHUT_RDWR);	/* ENOTCONN, having set sk_shutdown */
+}
+
+/*
+ * A socket a failure left unconnected gets its shutdown bits cleared by the
+ * kernel's next disconnect (tcp_disconnect), as connect() does when it
+ * reports the failure.
+ */
+static void clear_shut(int fd)
+{
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+
+	shunt_libc.connect(fd, &unspec, sizeof(unspec));
+}
+
 int shunt_sock_sync(struct shunt_sock *s)
 {
 	int st = shunt_sock_state(s);
@@ -221,8 +287,10 @@ int shunt_sock_sync(struct shunt_sock *s)
 			st = SHUNT_SOCK_FRESH;
 		}
 		atomic_store_explicit(&s->state, st, memory_order_release);
-		if (st == SHUNT_SOCK_FRESH)
+		if (st == SHUNT_SOCK_FRESH) {
 			shunt_sock_retire_conn(s, false);
+			restore_half(s, -1, true);
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
 	return st;
@@ -236,7 +304,7 @@ static bool setup_decided(void *arg)
 }
 
 /* A blocking connect() whose circuit waits for room in the backlog. */
-static int wait_established(struct shunt_sock *s)
+static int wait_established(struct shunt_sock *s, int fd)
 {
 	int64_t deadline = shunt_deadline(shunt_sock_opt_sndtimeo(s));
 	int r = shunt_wait_end(s->conn->me, &s->conn->me->tx_waiters, setup_decided, s->conn,
@@ -253,7 +321,12 @@ static int wait_established(struct shunt_sock *s)
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	case SHUNT_SOCK_FRESH:
+		/* Reported here, so consumed, and the socket is unconnected. */
+		pthread_mutex_lock(&s->lock);
 		atomic_store(&s->so_error, 0);
+		s->connect_report = SHUNT_CONNECT_NONE;
+		clear_shut(fd);
+		pthread_mutex_unlock(&s->lock);
 		shunt_epoll_sock_moved(s);
 		return -ECONNREFUSED;
 	default:
@@ -299,6 +372,30 @@ static void explain_policy(const char *what, const struct shunt_msg_connect_kern
 		   rule[0] ? "" : ")", from, to, rule[0] ? "before that rule " : "");
 }
 
+/*
+ * connect() on a socket whose non-blocking connect ended (reset, refused,
+ * closed both ways) before any connect() call reported it: the kernel's
+ * __inet_stream_connect finds TCP_CLOSE and reports the pending error, or
+ * ECONNABORTED, leaving the socket unconnected and ready to connect again.
+ * Under s->lock.
+ */
+static int connect_failed_locked(struct shunt_sock *s, int fd)
+{
+	int err = atomic_exchange(&s->so_error, 0);
+
+	if (!err && s->conn)
+		err = shunt_conn_take_error(s->conn);
+	if (s->conn) {
+		shunt_sock_retire_conn(s, false);
+		restore_half(s, fd, false);
+	}
+	clear_shut(fd);
+	s->connect_report = SHUNT_CONNECT_NONE;
+	atomic_store_explicit(&s->state, SHUNT_SOCK_FRESH, memory_order_release);
+	shunt_epoll_sock_moved(s);
+	return err ? -err : -ECONNABORTED;
+}
+
 /* What connect() does once the fork lock is released: nothing more, or wait, or the kernel. */
 enum connect_next {
 	CONNECT_DONE,
@@ -324,6 +421,13 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 	if (addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC &&
 	    (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING)) {
 		r = disconnect_locked(s, fd, addr, len);
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
+	if ((st == SHUNT_SOCK_CONNECTED && s->connect_report == SHUNT_CONNECT_PENDING &&
+	     shunt_conn_closed(s->conn)) ||
+	    (st == SHUNT_SOCK_FRESH && s->connect_report == SHUNT_CONNECT_PENDING)) {
+		r = connect_failed_locked(s, fd);
 		pthread_mutex_unlock(&s->lock);
 		return r;
 	}
@@ -431,9 +535,9 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, 
 	shunt_fork_leave();
 	switch (next) {
 	case CONNECT_WAIT:
-		return wait_established(s);
+		return wait_established(s, fd);
 	case CONNECT_WAIT_AGAIN:
-		r = wait_established(s);
+		r = wait_established(s, fd);
 		return r == -EINPROGRESS ? -EALREADY : r;
 	case CONNECT_KERNEL:
 		return kernel_connect(s, fd, addr, len);
@@ -685,6 +789,34 @@ static void forget_listener(struct shunt_sock *s)
 	shunt_fork_leave();
 }
 
+/*
+ * shutdown() of a connect still waiting for room in the backlog: the
+ * kernel's inet_shutdown disconnects a SYN_SENT socket (the server never
+ * sees it), which leaves it unconnected with ECONNRESET pending.
+ */
+static int shutdown_connecting(struct shunt_sock *s, int fd, int how)
+{
+	int st;
+
+	shunt_fork_enter();
+	pthread_mutex_lock(&s->lock);
+	st = shunt_sock_state(s);
+	if (st == SHUNT_SOCK_CONNECTING) {
+		shunt_sock_retire_conn(s, false);
+		restore_half(s, fd, false);
+		s->connect_report = SHUNT_CONNECT_NONE;
+		atomic_store(&s->so_error, ECONNRESET);
+		atomic_store_explicit(&s->state, SHUNT_SOCK_FRESH, memory_order_release);
+		shunt_epoll_sock_moved(s);
+	}
+	pthread_mutex_unlock(&s->lock);
+	shunt_fork_leave();
+	/* Established meanwhile: an ordinary shutdown. */
+	if (st == SHUNT_SOCK_CONNECTED)
+		return shunt_op_shutdown(s, fd, how);
+	return 0;
+}
+
 int shunt_op_shutdown(struct shunt_sock *s, int fd, int how)
 {
 	int st = shunt_sock_sync(s), r;
@@ -694,7 +826,7 @@ int shunt_op_shutdown(struct shunt_sock *s, int fd, int how)
 	if (st == SHUNT_SOCK_CONNECTED)
 		return shunt_conn_shutdown(s->conn, how);
 	if (st == SHUNT_SOCK_CONNECTING)
-		return -ENOTCONN;
+		return shutdown_connecting(s, fd, how);
 	r = (int)libc_ret(shunt_libc.shutdown(fd, how));
 	/* A listener shut down for reading stops listening: so does its registration. */
 	if (r == 0 && st == SHUNT_SOCK_LISTENING && how != SHUT_WR)
@@ -791,7 +923,7 @@ int shunt_sock_downgrade(struct shunt_sock *s, int fd)
 void shunt_op_adopt_listener(int fd)
 {
 	struct shunt_sock *s;
-	int domain = 0, type = 0, proto = 0, listening = 0;
+	int domain = 0, type = 0, proto = 0, listening = 0, reuse = 0;
 	socklen_t len = sizeof(int);
 	struct stat st;
 	long fl;
@@ -819,6 +951,10 @@ void shunt_op_adopt_listener(int fd)
 	if (!s)
 		return;
 	atomic_store(&s->rcvtimeo_us, timeout_of(fd));
+	/* What its connections inherit (a listener is never in repair mode). */
+	len = sizeof(int);
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &len) == 0)
+		atomic_store(&s->reuseaddr, reuse == 1);
 	atomic_store_explicit(&s->state, SHUNT_SOCK_LISTENING, memory_order_release);
 	shunt_fork_enter();
 	if (shunt_ctl_listen(fd, 0, &s->listener, &s->doorbell) < 0) {
