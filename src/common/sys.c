@@ -6,7 +6,6 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdlib.h>
 
 #include "common/sys.h"
@@ -24,19 +23,8 @@ static void find(void)
 		abort();
 }
 
-long shunt_syscall(long nr, ...)
+long shunt_syscall6(long nr, long a, long b, long c, long d, long e, long f)
 {
-	va_list ap;
-	long a[6];
-
-	/*
-	 * Six arguments, whatever the call takes: what glibc's syscall()
-	 * itself reads, from the registers a variadic call fills.
-	 */
-	va_start(ap, nr);
-	for (int i = 0; i < 6; i++)
-		a[i] = va_arg(ap, long);
-	va_end(ap);
 	pthread_once(&find_once, find);
-	return libc_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return libc_syscall(nr, a, b, c, d, e, f);
 }

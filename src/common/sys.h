@@ -24,8 +24,16 @@ static inline long shunt_sys_ret(long r)
  * Every system call the library makes on its own behalf goes through here,
  * so that it is never mistaken for one of the application's. Same contract
  * as syscall(2): the result, or -1 with errno set.
+ *
+ * shunt_syscall(nr, args...) takes up to six arguments; the macro passes
+ * the missing ones as 0, so that exactly six always reach syscall() (a
+ * variadic function cannot read arguments it was not given).
  */
-long shunt_syscall(long nr, ...);
+long shunt_syscall6(long nr, long a, long b, long c, long d, long e, long f);
+#define SHUNT_SYSCALL_SIX(nr, a, b, c, d, e, f, ...)                                  \
+	shunt_syscall6((long)(nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), \
+		       (long)(f))
+#define shunt_syscall(...) SHUNT_SYSCALL_SIX(__VA_ARGS__, 0, 0, 0, 0, 0, 0, 0)
 
 /*
  * Wait while *word == @val, at most @rel (NULL: forever). Shared (not
