@@ -43,6 +43,7 @@ size_t shunt_proto_size(uint16_t type)
 	case SHUNT_MSG_FORK_DONE: return sizeof(struct shunt_msg_fork_done);
 	case SHUNT_MSG_DOWNGRADE: return sizeof(struct shunt_msg_downgrade);
 	case SHUNT_MSG_DOWNGRADE | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
+	case SHUNT_MSG_WITHDRAW: return sizeof(struct shunt_msg_withdraw);
 	case SHUNT_MSG_STATUS: return sizeof(struct shunt_msg_status);
 	case SHUNT_MSG_STATUS_SESSION: return sizeof(struct shunt_msg_status_session);
 	case SHUNT_MSG_STATUS_LISTENER: return sizeof(struct shunt_msg_status_listener);
@@ -112,7 +113,8 @@ int shunt_proto_send(int sock, const void *msg, const int *fds, unsigned nfds)
 	return (size_t)r == h->len ? 0 : -EPROTO;
 }
 
-ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flags)
+/* Receive with @truncated NULL: MSG_CTRUNC is -EPROTO, as any other damage. */
+static ssize_t recv_msg(int sock, void *buf, int *fds, unsigned *nfds, int flags, bool *truncated)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * (SHUNT_MSG_MAX_FDS + 1))];
@@ -147,7 +149,9 @@ ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flag
 			}
 		}
 	}
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+	if (truncated)
+		*truncated = r >= 0 && (mh.msg_flags & MSG_CTRUNC);
+	if ((mh.msg_flags & MSG_TRUNC) || ((mh.msg_flags & MSG_CTRUNC) && !truncated))
 		r = -EPROTO;
 	/*
 	 * An empty record reads like the end of the stream, but the end of the
@@ -163,4 +167,15 @@ ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flag
 	}
 	*nfds = n;
 	return r;
+}
+
+ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flags)
+{
+	return recv_msg(sock, buf, fds, nfds, flags, NULL);
+}
+
+ssize_t shunt_proto_recv_reply(int sock, void *buf, int *fds, unsigned *nfds, bool *truncated)
+{
+	*truncated = false;
+	return recv_msg(sock, buf, fds, nfds, 0, truncated);
 }

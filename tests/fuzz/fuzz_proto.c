@@ -464,7 +464,7 @@ static bool always_answered(uint16_t type)
 	switch (type) {
 	case SHUNT_MSG_HELLO: case SHUNT_MSG_LISTEN: case SHUNT_MSG_CONNECT:
 	case SHUNT_MSG_ACCEPT: case SHUNT_MSG_LINK: case SHUNT_MSG_LINK_NEXT:
-	case SHUNT_MSG_FORK: case SHUNT_MSG_DOWNGRADE:
+	case SHUNT_MSG_FORK: case SHUNT_MSG_DOWNGRADE: case SHUNT_MSG_WITHDRAW:
 		return true;
 	}
 	return false;
@@ -474,7 +474,7 @@ static bool always_answered(uint16_t type)
 static unsigned fds_due(uint16_t type)
 {
 	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT ||
-	       type == SHUNT_MSG_DOWNGRADE;
+	       type == SHUNT_MSG_DOWNGRADE || type == SHUNT_MSG_WITHDRAW;
 }
 
 /*
