@@ -32,7 +32,8 @@ enum shunt_msg_type {
 	SHUNT_MSG_DOWNGRADE = 16,	/* lib -> d, replied */
 	SHUNT_MSG_STATUS_POLICY = 17,	/* d -> cli */
 	SHUNT_MSG_UNREPAIR = 18,	/* lib -> d + socket, replied */
-	SHUNT_MSG_TYPE_MAX = 18,
+	SHUNT_MSG_WITHDRAW = 19,	/* lib -> d + the request's socket, not replied */
+	SHUNT_MSG_TYPE_MAX = 19,
 	SHUNT_MSG_REPLY = 0x8000,	/* or'ed into the type of a reply */
 };
 
@@ -294,6 +295,25 @@ struct shunt_msg_unrepair {
 	struct shunt_msg_hdr h;
 };
 
+/*
+ * The library could not take an end shuntd just handed it: the reply's
+ * descriptors were cut off (MSG_CTRUNC, the process is out of them). Sent
+ * with the socket of the CONNECT or ACCEPT. A connector end whose circuit
+ * no acceptor has taken yet is undone: the circuit goes away as if never
+ * made, and the socket is put back as it was before the CONNECT
+ * (unconnected, out of repair mode) for the kernel to connect. Any other
+ * end is let go of as by a process that died. Not replied: the library
+ * follows it with a request every shuntd answers (a shared CLOSE of
+ * circuit 0), whose answer says the withdrawal is done; a shuntd that does
+ * not know WITHDRAW ignores it, and nobody waits forever.
+ */
+struct shunt_msg_withdraw {
+	struct shunt_msg_hdr h;
+	uint64_t circuit;
+	uint32_t end;
+	uint32_t reserved;
+};
+
 struct shunt_msg_status {
 	struct shunt_msg_hdr h;
 	uint32_t flags;
@@ -356,6 +376,7 @@ _Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v3");
 _Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_link_reply) == 40, "wire v3");
+_Static_assert(sizeof(struct shunt_msg_withdraw) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_status_conn) <= SHUNT_MSG_MAX, "fits");
 
 #endif

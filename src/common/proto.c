@@ -45,6 +45,7 @@ size_t shunt_proto_size(uint16_t type)
 	case SHUNT_MSG_DOWNGRADE | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
 	case SHUNT_MSG_UNREPAIR: return sizeof(struct shunt_msg_unrepair);
 	case SHUNT_MSG_UNREPAIR | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
+	case SHUNT_MSG_WITHDRAW: return sizeof(struct shunt_msg_withdraw);
 	case SHUNT_MSG_STATUS: return sizeof(struct shunt_msg_status);
 	case SHUNT_MSG_STATUS_SESSION: return sizeof(struct shunt_msg_status_session);
 	case SHUNT_MSG_STATUS_LISTENER: return sizeof(struct shunt_msg_status_listener);
@@ -118,7 +119,8 @@ int shunt_proto_send(int sock, const void *msg, const int *fds, unsigned nfds)
 	return (size_t)r == h->len ? 0 : -EPROTO;
 }
 
-ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flags)
+/* Receive with @truncated NULL: MSG_CTRUNC is -EPROTO, as any other damage. */
+static ssize_t recv_msg(int sock, void *buf, int *fds, unsigned *nfds, int flags, bool *truncated)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * (SHUNT_MSG_MAX_FDS + 1))];
@@ -153,7 +155,9 @@ ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flag
 			}
 		}
 	}
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+	if (truncated)
+		*truncated = r >= 0 && (mh.msg_flags & MSG_CTRUNC);
+	if ((mh.msg_flags & MSG_TRUNC) || ((mh.msg_flags & MSG_CTRUNC) && !truncated))
 		r = -EPROTO;
 	/*
 	 * An empty record reads like the end of the stream, but the end of the
@@ -184,4 +188,15 @@ const char *shunt_fallback_name(unsigned why)
 	};
 
 	return why < SHUNT_FALLBACK_REASONS ? names[why] : "?";
+}
+
+ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flags)
+{
+	return recv_msg(sock, buf, fds, nfds, flags, NULL);
+}
+
+ssize_t shunt_proto_recv_reply(int sock, void *buf, int *fds, unsigned *nfds, bool *truncated)
+{
+	*truncated = false;
+	return recv_msg(sock, buf, fds, nfds, 0, truncated);
 }

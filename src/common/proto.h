@@ -6,6 +6,7 @@
 #ifndef SHUNT_COMMON_PROTO_H
 #define SHUNT_COMMON_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -30,6 +31,15 @@ int shunt_proto_send(int sock, const void *msg, const int *fds, unsigned nfds);
  * message is not yet checked.
  */
 ssize_t shunt_proto_recv(int sock, void *buf, int *fds, unsigned *nfds, int flags);
+
+/*
+ * The same, for a reply the library receives for its process: descriptors
+ * the kernel could not install (the process is out of them: MSG_CTRUNC)
+ * are not an error. The message comes back with those that did arrive and
+ * *@truncated set, so that the session survives and the caller can undo
+ * what the reply gave. A truncated message body is still -EPROTO.
+ */
+ssize_t shunt_proto_recv_reply(int sock, void *buf, int *fds, unsigned *nfds, bool *truncated);
 
 /*
  * Check a received message: its version, a known type, and a length equal

@@ -103,16 +103,46 @@ int shuntd_companion_seqs(struct circuit *c)
 
 int shuntd_companion_connector(struct circuit *c, int fd)
 {
+	socklen_t len = sizeof(c->connector_reuse);
 	int r;
 
 	if (disabled)
 		return -EPERM;
+	/* Repair mode forces address reuse, and leaving it clears it: keep the program's. */
+	if (getsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &c->connector_reuse, &len) < 0)
+		c->connector_reuse = 0;
 	/* The connector's socket is the application's own; shuntd keeps its copy. */
 	r = establish(fd, c->isn[SHUNT_END_CONNECTOR], c->isn[SHUNT_END_ACCEPTOR],
 		      &c->peer[SHUNT_END_CONNECTOR]);
 	if (r == 0)
 		c->kino[SHUNT_END_CONNECTOR] = inode_of(fd);
 	return r;
+}
+
+int shuntd_companion_undo_connector(struct circuit *c, int fd)
+{
+	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+	int err, off = TCP_REPAIR_OFF_NO_WP;
+	socklen_t len = sizeof(err);
+
+	/* Only the socket shuntd made a companion: the client sends it, and could lie. */
+	if (!c->companion || !c->kino[SHUNT_END_CONNECTOR] ||
+	    inode_of(fd) != c->kino[SHUNT_END_CONNECTOR])
+		return -EINVAL;
+	/*
+	 * In repair mode tcp_disconnect sends nothing; it leaves the socket
+	 * TCP_CLOSE with its autobound port released (an address the client
+	 * bound stays, as the kernel's own connect would have chosen it) and
+	 * ECONNABORTED pending, which SO_ERROR takes away.
+	 */
+	if (connect(fd, &unspec, sizeof(unspec)) < 0)
+		return -errno;
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+	if (setsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &off, sizeof(off)) < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &c->connector_reuse, sizeof(c->connector_reuse));
+	c->kino[SHUNT_END_CONNECTOR] = 0;
+	return 0;
 }
 
 /*

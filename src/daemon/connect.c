@@ -280,3 +280,40 @@ void shuntd_close(struct shuntd *d, struct session *s, const struct shunt_msg_cl
 	if (shared)
 		shuntd_session_reply_status(s, SHUNT_MSG_CLOSE, m->h.seq, last ? SHUNT_LAST : SHUNT_OK);
 }
+
+void shuntd_withdraw(struct shuntd *d, struct session *s, const struct shunt_msg_withdraw *m,
+		     int fd)
+{
+	struct circuit *c = shunt_map_get(&d->circuits, m->circuit);
+	struct hold *h = c && m->end <= 1 ? shuntd_hold_find_end(s, c, m->end) : NULL;
+	struct listener *l;
+
+	if (!h) {
+		close(fd);
+		return;
+	}
+	/* The client's socket back as the kernel's connect needs it, accepted or not. */
+	if (m->end == SHUNT_END_CONNECTOR && c->companion &&
+	    shuntd_companion_undo_connector(c, fd) < 0)
+		shunt_info("session %llu: circuit %llu: the client's socket could not be put back",
+			   (unsigned long long)s->id, (unsigned long long)c->id);
+	close(fd);
+	l = c->listener;
+	if (m->end == SHUNT_END_CONNECTOR && c->queue != CIRCUIT_UNQUEUED) {
+		/* Nobody accepted it yet: as if it had never been made. */
+		if (c->queue == CIRCUIT_ACCEPTQ) {
+			eventfd_t one;
+
+			shuntd_circuit_unqueue(c);
+			eventfd_read(l->doorbell, &one);
+			shuntd_listener_admit(d, l);
+		} else {
+			shuntd_circuit_unqueue(c);
+		}
+		shuntd_circuit_end_done(d, c, SHUNT_END_ACCEPTOR, false);
+		shuntd_hold_release(d, h, false);
+	} else {
+		/* Taken already, or an acceptor's end: its peer sees it go, as after a crash. */
+		shuntd_hold_release(d, h, true);
+	}
+}

@@ -107,7 +107,8 @@ int shuntd_session_reply_status(struct session *s, uint16_t type, uint32_t seq, 
 static unsigned fds_expected(uint16_t type)
 {
 	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT ||
-	       type == SHUNT_MSG_DOWNGRADE || type == SHUNT_MSG_UNREPAIR;
+	       type == SHUNT_MSG_DOWNGRADE || type == SHUNT_MSG_UNREPAIR ||
+	       type == SHUNT_MSG_WITHDRAW;
 }
 
 /*
@@ -193,6 +194,9 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 		break;
 	case SHUNT_MSG_UNREPAIR:
 		shuntd_companion_unrepair(d, s, buf, fds[0]);
+		break;
+	case SHUNT_MSG_WITHDRAW:
+		shuntd_withdraw(d, s, buf, fds[0]);
 		break;
 	default:
 		/* A status record type sent to the daemon. */

@@ -171,6 +171,7 @@ struct circuit {
 	struct tenant *payer;		/* whose memory the circuit counts as */
 	uint32_t isn[2];		/* companion sockets' initial sequence numbers */
 	bool companion;			/* the connector's socket was made ESTABLISHED */
+	int connector_reuse;		/* its SO_REUSEADDR before (repair mode changes it) */
 	uint64_t kino[2];		/* inode of each end's companion (companion.c) */
 	bool downgraded;		/* the kernel carries it now (downgrade.c) */
 	struct listener *listener;	/* while queued */
@@ -373,6 +374,12 @@ int shuntd_companion_seqs(struct circuit *c);
 int shuntd_companion_connector(struct circuit *c, int fd);
 int shuntd_companion_acceptor(struct circuit *c, int domain);
 /*
+ * Put the connector's socket @fd back as it was before CONNECT made it a
+ * companion: unconnected, no error pending, out of repair mode, its
+ * SO_REUSEADDR restored (a WITHDRAW). 0 or -errno.
+ */
+int shuntd_companion_undo_connector(struct circuit *c, int fd);
+/*
  * A descriptor of end @end's companion: taken from a process holding that
  * end (pidfd_getfd), or, when none does any more, a new one made in its
  * place with the same addresses and sequence numbers. -errno on failure.
@@ -412,6 +419,9 @@ void shuntd_link_next(struct shuntd *d, struct session *s, const struct shunt_ms
 void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_connect *m, int fd);
 void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_accept *m, int fd);
 void shuntd_close(struct shuntd *d, struct session *s, const struct shunt_msg_close *m);
+/* WITHDRAW: the library could not take an end it was just given (@fd: the request's socket). */
+void shuntd_withdraw(struct shuntd *d, struct session *s, const struct shunt_msg_withdraw *m,
+		     int fd);
 
 /* downgrade.c */
 void shuntd_downgrade(struct shuntd *d, struct session *s, const struct shunt_msg_downgrade *m,

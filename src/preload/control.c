@@ -13,6 +13,7 @@
 #include "common/proto.h"
 #include "common/sys.h"
 #include "preload/control.h"
+#include "preload/fdlimit.h"
 #include "preload/plink.h"
 #include "preload/relisten.h"
 #include "preload/stats.h"
@@ -85,15 +86,37 @@ static void drop_session(const char *why, int err)
 	shunt_relisten_lost();
 }
 
-static int exchange_locked(void *req, const int *fds, unsigned nfds, void *reply,
-			   int *rfds, unsigned *nrfds);
+/*
+ * A reply and the descriptors that came with it. @want: how many the reply
+ * may carry; near the descriptor limit room is made for them before the
+ * request goes out (fdlimit.c), and without room it does not go out at all
+ * (-EMFILE). @truncated: the kernel could not install them all
+ * (MSG_CTRUNC); the session goes on, and the caller gives back what the
+ * reply gave.
+ */
+struct answer {
+	_Alignas(8) char buf[SHUNT_MSG_MAX];
+	int fds[SHUNT_MSG_MAX_FDS];
+	unsigned nfds;
+	unsigned want;
+	bool truncated;
+};
+
+static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answer *a);
+
+/* No session for now, for want of descriptors: nothing to warn about, nothing lost. */
+static void close_quietly_locked(void)
+{
+	shunt_close_hidden(ctl_fd);
+	ctl_fd = -1;
+	atomic_store(&session_id, 0);
+	ctl_retry_at = shunt_now_ns() + 1000000000;
+}
 
 static int open_session_locked(void)
 {
 	struct shunt_msg_hello hello;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	int rfds[SHUNT_MSG_MAX_FDS];
-	unsigned n = 0;
+	struct answer a = { .want = 2 };
 	int fd, r;
 
 	if (ctl_fd >= 0)
@@ -114,6 +137,12 @@ static int open_session_locked(void)
 		return -ENOTCONN;
 	}
 	ctl_fd = shunt_fd_hide(fd);
+	if (ctl_fd < 0) {
+		/* No room even in the reserve: as if shuntd did not answer, for now. */
+		ctl_fd = -1;
+		ctl_retry_at = shunt_now_ns() + 1000000000;
+		return -ENOTCONN;
+	}
 	shunt_proto_init(&hello, SHUNT_MSG_HELLO, sizeof(hello), 0);
 	if (claim_ticket) {
 		hello.flags = SHUNT_HELLO_CLAIM;
@@ -121,13 +150,19 @@ static int open_session_locked(void)
 		hello.secret = claim_secret;
 		claim_ticket = 0;
 	}
-	r = exchange_locked(&hello, NULL, 0, reply, rfds, &n);
-	if (r != SHUNT_OK || n != 2) {
-		shunt_proto_close_fds(rfds, n);
+	r = exchange_locked(&hello, NULL, 0, &a);
+	if (r == -EMFILE || (r == SHUNT_OK && a.truncated)) {
+		/* Out of descriptors: shuntd ends the session it began when we close. */
+		shunt_proto_close_fds(a.fds, a.nfds);
+		close_quietly_locked();
+		return -ENOTCONN;
+	}
+	if (r != SHUNT_OK || a.nfds != 2) {
+		shunt_proto_close_fds(a.fds, a.nfds);
 		drop_session("hello", r < 0 ? -r : EPROTO);
 		return -ENOTCONN;
 	}
-	const struct shunt_msg_hello_reply *hr = (const void *)reply;
+	const struct shunt_msg_hello_reply *hr = (const void *)a.buf;
 	bool claimed = (hello.flags & SHUNT_HELLO_CLAIM) && !hr->claim;
 
 	ctl_claimed = claimed;
@@ -135,7 +170,7 @@ static int open_session_locked(void)
 	if (hr->claim)
 		shunt_warn("shuntd refused this fork child its parent's sockets (%s); "
 			   "they may end when the parent closes them", strerror(-hr->claim));
-	if (shunt_plink_install_daemon(hr->link, rfds) < 0) {
+	if (shunt_plink_install_daemon(hr->link, a.fds) < 0) {
 		drop_session("daemon link", EPROTO);
 		return -ENOTCONN;
 	}
@@ -155,55 +190,74 @@ static int open_session_locked(void)
 }
 
 /*
- * Send @req and wait for its reply (into @reply, SHUNT_MSG_MAX bytes) with
- * descriptors into @rfds. The reply must answer this request: same type and
- * sequence number, and a well-formed message. Returns the reply's status
- * (>= 0) or -errno; on a transport error the session is dropped.
+ * Send @req and wait for its reply, into @a. The reply must answer this
+ * request: same type and sequence number, and a well-formed message.
+ * Returns the reply's status (>= 0), -EMFILE when there is no room for the
+ * descriptors it may carry (nothing was sent), or -errno; on a transport
+ * error the session is dropped. The caller closes @a->fds.
  */
-static int exchange_locked(void *req, const int *fds, unsigned nfds, void *reply,
-			   int *rfds, unsigned *nrfds)
+static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answer *a)
 {
 	struct shunt_msg_hdr *h = req;
-	int tmp[SHUNT_MSG_MAX_FDS];
-	unsigned n = 0;
+	int held[SHUNT_MSG_MAX_FDS];
 	ssize_t len;
 	int r;
 
+	a->nfds = 0;
+	a->truncated = false;
+	if (shunt_fdlimit_hold(ctl_fd, a->want, held) < 0)
+		return -EMFILE;
 	h->seq = ++ctl_seq;
 	r = shunt_proto_send(ctl_fd, req, fds, nfds);
+	/* The reply's descriptors are installed when we receive it: room for them now. */
+	shunt_fdlimit_release(a->want, held);
 	if (r < 0) {
 		drop_session("send", -r);
 		return -ENOTCONN;
 	}
-	len = shunt_proto_recv(ctl_fd, reply, rfds ? rfds : tmp, &n, 0);
+	len = shunt_proto_recv_reply(ctl_fd, a->buf, a->fds, &a->nfds, &a->truncated);
 	if (len <= 0) {
 		drop_session("receive", len ? (int)-len : ECONNRESET);
 		return -ENOTCONN;
 	}
-	const struct shunt_msg_hdr *rh = reply;
+	const struct shunt_msg_hdr *rh = (const void *)a->buf;
 
-	if (shunt_proto_check(reply, (size_t)len) < 0 || rh->type != (h->type | SHUNT_MSG_REPLY) ||
-	    rh->seq != h->seq) {
-		shunt_proto_close_fds(rfds ? rfds : tmp, n);
+	if (shunt_proto_check(a->buf, (size_t)len) < 0 ||
+	    rh->type != (h->type | SHUNT_MSG_REPLY) || rh->seq != h->seq) {
+		shunt_proto_close_fds(a->fds, a->nfds);
+		a->nfds = 0;
 		drop_session("reply", EPROTO);
 		return -ENOTCONN;
 	}
-	if (!rfds)
-		shunt_proto_close_fds(tmp, n);
-	*nrfds = n;
+	/* Where they landed says how full the program's range is. */
+	for (unsigned i = 0; i < a->nfds; i++)
+		shunt_fdlimit_note(a->fds[i]);
 	return rh->status;
 }
 
-static int request(void *req, const int *fds, unsigned nfds, void *reply, int *rfds,
-		   unsigned *nrfds)
+static int request(void *req, const int *fds, unsigned nfds, struct answer *a)
 {
 	int r;
 
 	pthread_mutex_lock(&ctl_lock);
 	r = open_session_locked();
-	if (r == 0)
-		r = exchange_locked(req, fds, nfds, reply, rfds, nrfds);
+	if (r == 0) {
+		r = exchange_locked(req, fds, nfds, a);
+	} else {
+		a->nfds = 0;
+		a->truncated = false;
+	}
 	pthread_mutex_unlock(&ctl_lock);
+	return r;
+}
+
+/* A request whose reply carries no descriptor we want: 0, a status, or -errno. */
+static int request_plain(void *req, const int *fds, unsigned nfds, struct answer *a)
+{
+	int r = request(req, fds, nfds, a);
+
+	shunt_proto_close_fds(a->fds, a->nfds);
+	a->nfds = 0;
 	return r;
 }
 
@@ -256,28 +310,38 @@ static void notify(void *msg)
 int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, int *doorbell)
 {
 	struct shunt_msg_listen m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	int rfds[SHUNT_MSG_MAX_FDS];
-	unsigned n = 0;
+	struct answer a = { .want = refresh ? 0 : 1 };
 	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_LISTEN, sizeof(m), 0);
 	m.listener = refresh;
-	r = request(&m, &fd, 1, reply, rfds, &n);
+	r = request(&m, &fd, 1, &a);
 	if (r != SHUNT_OK) {
-		shunt_proto_close_fds(rfds, n);
+		shunt_proto_close_fds(a.fds, a.nfds);
 		return r > 0 ? -EPROTO : r;
 	}
-	*listener = ((struct shunt_msg_listen_reply *)reply)->listener;
+	*listener = ((struct shunt_msg_listen_reply *)a.buf)->listener;
 	if (refresh) {
-		shunt_proto_close_fds(rfds, n);
+		shunt_proto_close_fds(a.fds, a.nfds);
 		return 0;
 	}
-	if (n != 1) {
-		shunt_proto_close_fds(rfds, n);
-		return -EPROTO;
+	if (a.nfds != 1) {
+		shunt_proto_close_fds(a.fds, a.nfds);
+		if (!a.truncated)
+			return -EPROTO;
+		/* Its doorbell did not arrive: the listener stays kernel-only. */
+		shunt_ctl_unlisten(*listener, false);
+		*listener = 0;
+		return -EMFILE;
 	}
-	*doorbell = shunt_fd_hide(rfds[0]);
+	*doorbell = shunt_fd_hide(a.fds[0]);
+	if (*doorbell < 0) {
+		/* Nowhere to keep it: the listener stays kernel-only. */
+		shunt_ctl_unlisten(*listener, false);
+		*listener = 0;
+		*doorbell = -1;
+		return -EMFILE;
+	}
 	return 0;
 }
 
@@ -322,36 +386,78 @@ static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 	return 0;
 }
 
-/* Send @req with socket @fd; a circuit reply is unpacked into @g. */
-static int request_circuit(void *req, int fd, struct shunt_grant *g)
+/*
+ * shuntd gave us an end of circuit @c whose descriptors did not arrive: give
+ * it back, with @fd, the socket of the request. WITHDRAW has no reply; the
+ * shared CLOSE of circuit 0 after it, which every shuntd answers, returns
+ * once it is done: a connecting socket must be as it was before the
+ * request (unconnected, out of repair mode) before the kernel connects it.
+ */
+static void withdraw(const struct shunt_msg_circuit *c, int fd)
 {
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	int rfds[SHUNT_MSG_MAX_FDS];
-	unsigned n = 0;
-	int r = request(req, &fd, 1, reply, rfds, &n);
+	struct shunt_msg_withdraw m;
+	struct shunt_msg_close barrier;
+	struct answer a = { .want = 0 };
+	int r;
 
-	return take_grant(r, reply, rfds, n, g);
+	shunt_proto_init(&m, SHUNT_MSG_WITHDRAW, sizeof(m), 0);
+	m.circuit = c->circuit;
+	m.end = c->end;
+	shunt_proto_init(&barrier, SHUNT_MSG_CLOSE, sizeof(barrier), 0);
+	barrier.flags = SHUNT_CLOSE_SHARED;
+	pthread_mutex_lock(&ctl_lock);
+	/* The session the circuit came from (a new one would not know it). */
+	if (ctl_fd >= 0) {
+		m.h.seq = ++ctl_seq;
+		r = shunt_proto_send(ctl_fd, &m, &fd, 1);
+		if (r < 0) {
+			drop_session("send", -r);
+		} else {
+			exchange_locked(&barrier, NULL, 0, &a);
+			shunt_proto_close_fds(a.fds, a.nfds);
+		}
+	}
+	pthread_mutex_unlock(&ctl_lock);
+}
+
+/*
+ * Send @req with socket @fd; a circuit reply (with up to @want descriptors)
+ * is unpacked into @g. -EMFILE when there is no room for its descriptors:
+ * then shuntd was not asked, or was given the circuit back. A CONNECT the
+ * policy left to the kernel comes with its reason, copied to @why if given.
+ */
+static int request_circuit(void *req, int fd, unsigned want, struct shunt_grant *g,
+			   struct shunt_msg_connect_kernel *why)
+{
+	struct answer a = { .want = want };
+	int r = request(req, &fd, 1, &a);
+
+	if (r == SHUNT_OK && a.truncated) {
+		shunt_proto_close_fds(a.fds, a.nfds);
+		g->kernel_half = g->memfd = -1;
+		/* A SHUNT_OK reply to CONNECT or ACCEPT is a circuit (shunt_proto_check). */
+		withdraw((const struct shunt_msg_circuit *)a.buf, fd);
+		return -EMFILE;
+	}
+	/* shunt_proto_check let this status through only with its reason. */
+	if (r == SHUNT_KERNEL_POLICY && why)
+		memcpy(why, a.buf, sizeof(*why));
+	return take_grant(r, a.buf, a.fds, a.nfds, g);
 }
 
 int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 		      struct shunt_grant *g, struct shunt_msg_connect_kernel *why)
 {
 	struct shunt_msg_connect m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	int rfds[SHUNT_MSG_MAX_FDS];
-	unsigned n = 0;
 	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_CONNECT, sizeof(m), 0);
 	m.dst = *dst;
 	m.flags = flags;
-	r = request(&m, &fd, 1, reply, rfds, &n);
+	r = request_circuit(&m, fd, 1, g, why);
 	if (r == -ENOTCONN)
 		shunt_stats.fallback_nodaemon++;
-	/* shunt_proto_check let this status through only with its reason. */
-	if (r == SHUNT_KERNEL_POLICY)
-		memcpy(why, reply, sizeof(*why));
-	return take_grant(r, reply, rfds, n, g);
+	return r;
 }
 
 int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
@@ -361,7 +467,7 @@ int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 
 	shunt_proto_init(&m, SHUNT_MSG_ACCEPT, sizeof(m), 0);
 	m.listener = listener;
-	r = request_circuit(&m, fd, g);
+	r = request_circuit(&m, fd, 2, g, NULL);
 	/*
 	 * shuntd is gone, and what it had queued went with it: nothing to
 	 * take, the kernel's queue is still there (and the stale doorbell is
@@ -373,8 +479,7 @@ int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 int shunt_ctl_close(uint64_t circuit, unsigned end, bool shared)
 {
 	struct shunt_msg_close m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	unsigned n = 0;
+	struct answer a = { .want = 0 };
 
 	shunt_proto_init(&m, SHUNT_MSG_CLOSE, sizeof(m), 0);
 	m.circuit = circuit;
@@ -384,7 +489,7 @@ int shunt_ctl_close(uint64_t circuit, unsigned end, bool shared)
 		return SHUNT_OK;
 	}
 	m.flags = SHUNT_CLOSE_SHARED;
-	return request(&m, NULL, 0, reply, NULL, &n);
+	return request_plain(&m, NULL, 0, &a);
 }
 
 /* A link reply: SHUNT_OK with three descriptors, or one that says the link is gone. */
@@ -407,15 +512,18 @@ static int take_link(int status, const void *reply, int *rfds, unsigned n,
 int shunt_ctl_link(uint64_t partner, struct shunt_msg_link_reply *r, int fds[3])
 {
 	struct shunt_msg_link m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	int rfds[SHUNT_MSG_MAX_FDS];
-	unsigned n = 0;
+	struct answer a = { .want = 3 };
 	int st;
 
 	shunt_proto_init(&m, SHUNT_MSG_LINK, sizeof(m), 0);
 	m.partner = partner;
-	st = request(&m, NULL, 0, reply, rfds, &n);
-	st = take_link(st, reply, rfds, n, r, fds);
+	st = request(&m, NULL, 0, &a);
+	/* Not delivered: shuntd hands the same link over when asked again. */
+	if (a.truncated) {
+		shunt_proto_close_fds(a.fds, a.nfds);
+		return -EMFILE;
+	}
+	st = take_link(st, a.buf, a.fds, a.nfds, r, fds);
 	if (st == SHUNT_OK && (r->flags & SHUNT_LINK_GONE))
 		return -EPROTO;
 	return st > 0 ? -EPROTO : st;
@@ -424,30 +532,32 @@ int shunt_ctl_link(uint64_t partner, struct shunt_msg_link_reply *r, int fds[3])
 int shunt_ctl_link_next(struct shunt_msg_link_reply *r, int fds[3])
 {
 	struct shunt_msg_link m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	int rfds[SHUNT_MSG_MAX_FDS];
-	unsigned n = 0;
-
+	struct answer a = { .want = 3 };
 	int st;
 
 	shunt_proto_init(&m, SHUNT_MSG_LINK_NEXT, sizeof(m), 0);
-	st = request(&m, NULL, 0, reply, rfds, &n);
-	return take_link(st, reply, rfds, n, r, fds);
+	st = request(&m, NULL, 0, &a);
+	if (a.truncated) {
+		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_warn("out of descriptors: a link shuntd made for this process was lost; "
+			   "connections with one peer may not wake it");
+		return -EMFILE;
+	}
+	return take_link(st, a.buf, a.fds, a.nfds, r, fds);
 }
 
 int shunt_ctl_fork(uint64_t *ticket, uint64_t *secret)
 {
 	struct shunt_msg_fork m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	unsigned n = 0;
+	struct answer a = { .want = 0 };
 	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_FORK, sizeof(m), 0);
-	r = request(&m, NULL, 0, reply, NULL, &n);
+	r = request_plain(&m, NULL, 0, &a);
 	if (r != SHUNT_OK)
 		return r > 0 ? -EPROTO : r;
-	*ticket = ((struct shunt_msg_fork_reply *)reply)->ticket;
-	*secret = ((struct shunt_msg_fork_reply *)reply)->secret;
+	*ticket = ((struct shunt_msg_fork_reply *)a.buf)->ticket;
+	*secret = ((struct shunt_msg_fork_reply *)a.buf)->secret;
 	return 0;
 }
 
@@ -464,24 +574,22 @@ void shunt_ctl_fork_done(uint64_t ticket, pid_t pid)
 int shunt_ctl_downgrade(uint64_t circuit, int fd)
 {
 	struct shunt_msg_downgrade m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	unsigned n = 0;
+	struct answer a = { .want = 0 };
 	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_DOWNGRADE, sizeof(m), 0);
 	m.circuit = circuit;
-	r = request(&m, &fd, 1, reply, NULL, &n);
+	r = request_plain(&m, &fd, 1, &a);
 	return r > 0 ? -EPROTO : r;
 }
 
 int shunt_ctl_unrepair(int fd)
 {
 	struct shunt_msg_unrepair m;
-	_Alignas(8) char reply[SHUNT_MSG_MAX];
-	unsigned n = 0;
+	struct answer a = { .want = 0 };
 	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_UNREPAIR, sizeof(m), 0);
-	r = request(&m, &fd, 1, reply, NULL, &n);
+	r = request_plain(&m, &fd, 1, &a);
 	return r > 0 ? -EPROTO : r;
 }

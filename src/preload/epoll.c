@@ -61,6 +61,7 @@ static struct shunt_epoll *ep_new(void)
 		pthread_mutex_unlock(&pool_lock);
 	}
 	ep->f.kind = SHUNT_FILE_EPOLL;
+	atomic_store_explicit(&ep->f.ident, 0, memory_order_relaxed);
 	ep->kfd = ep->bell = -1;
 	ep->bell_set = false;
 	ep->sleepers = 0;
@@ -116,16 +117,16 @@ static void reg_free(struct shunt_reg *r)
 int shunt_epoll_create(int flags)
 {
 	struct epoll_event bell = { .events = EPOLLIN };
-	int fd = (int)shunt_syscall(SYS_epoll_create1, flags), dup;
+	int fd = (int)shunt_syscall(SYS_epoll_create1, flags);
 	struct shunt_epoll *ep;
 
 	if (fd < 0)
 		return -errno;
+	shunt_fdt_forget(fd);
 	ep = shunt_enabled() ? ep_new() : NULL;
 	if (!ep)
 		return fd;	/* a plain kernel instance: nothing breaks */
-	dup = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0);
-	ep->kfd = dup >= 0 ? shunt_fd_hide(dup) : -1;
+	ep->kfd = shunt_fd_dup_hidden(fd);
 	ep->bell = (int)shunt_syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (ep->bell >= 0)
 		ep->bell = shunt_fd_hide(ep->bell);

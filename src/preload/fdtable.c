@@ -4,6 +4,12 @@
  * reader may load a slot and then take a reference without a lock: if the
  * object was closed and reused meanwhile, the re-check of the slot catches
  * it (the pattern of the kernel's SLAB_TYPESAFE_BY_RCU).
+ *
+ * A slot can go stale: its descriptor closed where the library cannot see
+ * (a system call made without the C library, a glibc-internal close,
+ * io_uring), and the number handed out again. Every new descriptor the
+ * library sees forgets its slot (shunt_fdt_forget, shunt_fdt_set); slow
+ * paths also check the kernel file's identity (shunt_fdt_get_*_checked).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -11,13 +17,17 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/kcmp.h>
 
 #include "common/log.h"
 #include "common/sys.h"
+#include "preload/epoll.h"
 #include "preload/fdtable.h"
 #include "preload/file.h"
+#include "preload/util.h"
 
 /* A slot holds NULL, a file, or HIDDEN for one of the library's own descriptors. */
 #define HIDDEN ((struct shunt_file *)1)
@@ -146,16 +156,48 @@ struct shunt_epoll *shunt_fdt_get_epoll(int fd)
 	return (struct shunt_epoll *)get_kind(fd, SHUNT_FILE_EPOLL);
 }
 
-struct shunt_file *shunt_fdt_set(int fd, struct shunt_file *f)
+/* The inode of the socket open as @fd, or 0 if it is not an open socket. */
+static uint64_t sock_ident(int fd)
+{
+	struct stat st;
+
+	if (shunt_syscall(SYS_fstat, fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return 0;
+	return (uint64_t)st.st_ino;
+}
+
+/* Drop the table's reference to what a slot held, or note a lost hidden descriptor. */
+static void drop_old(int fd, struct shunt_file *old)
+{
+	if (old == HIDDEN) {
+		/*
+		 * One of the library's own descriptors was replaced (dup2 onto
+		 * it) or closed behind its back (an inline system call,
+		 * io_uring): whatever used it now reaches the application's
+		 * file. Nothing can mend that here; say so.
+		 */
+		shunt_warn("the application replaced descriptor %d that shunt uses; "
+			   "connections using it may fall back or stall", fd);
+		return;
+	}
+	if (old)
+		shunt_file_put(old);
+}
+
+void shunt_fdt_set(int fd, struct shunt_file *f)
 {
 	struct shunt_file *old;
+	uint64_t none = 0;
 
 	if ((size_t)fd >= table_size)
-		return NULL;
+		return;
 	saw(fd);
+	/* dup'ed descriptors share the object, and its identity. */
+	if (f->kind == SHUNT_FILE_SOCK && !atomic_load_explicit(&f->ident, memory_order_relaxed))
+		atomic_compare_exchange_strong(&f->ident, &none, sock_ident(fd));
 	shunt_file_ref(f);
 	old = atomic_exchange_explicit(&table[fd], f, memory_order_acq_rel);
-	return old == HIDDEN ? NULL : old;
+	drop_old(fd, old);
 }
 
 struct shunt_file *shunt_fdt_take(int fd)
@@ -171,4 +213,77 @@ struct shunt_file *shunt_fdt_take(int fd)
 	if (!atomic_compare_exchange_strong(&table[fd], &f, NULL))
 		return NULL;
 	return f;
+}
+
+void shunt_fdt_forget(int fd)
+{
+	struct shunt_file *f;
+
+	if ((size_t)fd >= table_size)
+		return;
+	f = atomic_load_explicit(&table[fd], memory_order_relaxed);
+	if (__builtin_expect(!f, 1))
+		return;
+	/* The number was free when the kernel handed it out: whatever we held is gone. */
+	if (!atomic_compare_exchange_strong(&table[fd], &f, NULL))
+		return;
+	drop_old(fd, f);
+}
+
+/* Whether @f is still the kernel file open as @fd. */
+static bool still_same(int fd, struct shunt_file *f)
+{
+	long r;
+
+	if (f->kind == SHUNT_FILE_SOCK) {
+		uint64_t id = atomic_load_explicit(&f->ident, memory_order_relaxed);
+
+		/* Unknown (the fstat at set failed): nothing to compare with. */
+		return !id || sock_ident(fd) == id;
+	}
+	/*
+	 * Every epoll instance has the same anonymous inode: ask whether @fd
+	 * and our own duplicate are one open file. Without kcmp (a seccomp
+	 * filter, a kernel without it) there is no cheap way to tell: trust.
+	 */
+	r = shunt_syscall(SYS_kcmp, shunt_pid, shunt_pid, KCMP_FILE, fd,
+			  ((struct shunt_epoll *)f)->kfd);
+	if (r < 0)
+		return errno != EBADF;
+	return r != 1 && r != 2;
+}
+
+struct shunt_file *shunt_fdt_get_file_checked(int fd)
+{
+	struct shunt_file *f = shunt_fdt_get_file(fd), *t;
+
+	if (!f || still_same(fd, f))
+		return f;
+	/* Stale: forget it, unless someone else put something else there meanwhile. */
+	t = f;
+	if (atomic_compare_exchange_strong(&table[fd], &t, NULL))
+		shunt_file_put(f);
+	shunt_file_put(f);
+	return NULL;
+}
+
+static struct shunt_file *get_kind_checked(int fd, int kind)
+{
+	struct shunt_file *f = shunt_fdt_get_file_checked(fd);
+
+	if (f && f->kind != kind) {
+		shunt_file_put(f);
+		f = NULL;
+	}
+	return f;
+}
+
+struct shunt_sock *shunt_fdt_get_checked(int fd)
+{
+	return (struct shunt_sock *)get_kind_checked(fd, SHUNT_FILE_SOCK);
+}
+
+struct shunt_epoll *shunt_fdt_get_epoll_checked(int fd)
+{
+	return (struct shunt_epoll *)get_kind_checked(fd, SHUNT_FILE_EPOLL);
 }

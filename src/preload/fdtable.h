@@ -35,13 +35,39 @@ struct shunt_epoll *shunt_fdt_get_epoll(int fd);
 int shunt_fdt_is_ours(int fd);
 
 /*
- * Make @fd refer to @f (taking a reference for the table), replacing and
- * returning whatever was there (whose table reference passes to the caller).
+ * Make @fd refer to @f (taking a reference for the table). The kernel just
+ * handed out @fd (a new socket, an accept, a dup), so whatever the slot
+ * held was closed behind our back, or is replaced as dup2 replaces it: its
+ * table reference is dropped here (the last one releases the object). The
+ * first time a socket is put in the table its kernel identity is recorded.
  */
-struct shunt_file *shunt_fdt_set(int fd, struct shunt_file *f);
+void shunt_fdt_set(int fd, struct shunt_file *f);
 
 /* Forget @fd; returns what it referred to (with the table's reference). */
 struct shunt_file *shunt_fdt_take(int fd);
+
+/*
+ * The kernel just handed @fd to the application as a new descriptor (open,
+ * pipe, socketpair, eventfd, a kernel accept, SCM_RIGHTS, ...): the number
+ * was free, so whatever the table held under it belongs to a descriptor
+ * closed where the library could not see it (an inline system call, a
+ * glibc-internal close, io_uring). Forget it, as close() would have. A
+ * load and a branch when the slot is empty, which it nearly always is.
+ * Never call it for a number the library itself just put in the table.
+ */
+void shunt_fdt_forget(int fd);
+
+/*
+ * The object behind @fd, as shunt_fdt_get_file, but only if @fd still
+ * names the kernel file it stands for: a socket's inode (fstat), an epoll
+ * instance's open file (kcmp with our own duplicate). A stale entry found
+ * this way is forgotten and NULL returned. One system call: for the slow
+ * paths (connect, accept, listen, bind, dup, epoll_ctl ADD), never for
+ * data calls.
+ */
+struct shunt_file *shunt_fdt_get_file_checked(int fd);
+struct shunt_sock *shunt_fdt_get_checked(int fd);
+struct shunt_epoll *shunt_fdt_get_epoll_checked(int fd);
 
 /*
  * The library's own descriptors (control socket, eventfds) are marked so the

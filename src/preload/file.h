@@ -10,6 +10,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 enum shunt_file_kind {
 	SHUNT_FILE_SOCK = 1,
@@ -19,6 +20,13 @@ enum shunt_file_kind {
 struct shunt_file {
 	_Atomic int refs;		/* 0 while on its pool's free list */
 	int kind;			/* enum shunt_file_kind, fixed for the object's life */
+	/*
+	 * Which kernel file it stands for, to tell it from a file put under
+	 * the same number behind the library's back (fdtable.c): a socket's
+	 * inode number, set when it is first put in the table; 0 until then.
+	 * Reset by whoever takes the object from its pool.
+	 */
+	_Atomic uint64_t ident;
 };
 
 static inline void shunt_file_ref(struct shunt_file *f)

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 
 #include "common/sys.h"
+#include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/handoff.h"
 #include "preload/ops.h"
@@ -40,6 +41,9 @@ static bool survives_exec(int fd)
 void shunt_handoff_exec(void)
 {
 	size_t high = shunt_fdt_high();
+
+	/* The new program inherits the program's own descriptor limit (fdlimit.c). */
+	shunt_fdlimit_exec();
 
 	for (size_t fd = 0; fd < high; fd++)
 		if (shunt_fdt_is_ours((int)fd) && survives_exec((int)fd))

@@ -9,27 +9,34 @@
 #include <sys/epoll.h>
 
 #include "preload/epoll.h"
+#include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/init.h"
 #include "preload/libc.h"
 #include "preload/util.h"
 
+/* A new instance, held to the program's descriptor limit (fdlimit.c). */
+static int create(int flags)
+{
+	int saved = errno, r = shunt_epoll_create(flags);
+
+	if (r >= 0 && shunt_fdlimit_note(r) < 0)
+		r = shunt_fdlimit_refuse(r);
+	return (int)shunt_ret(r, saved);
+}
+
 SHUNT_EXPORT int epoll_create1(int flags)
 {
-	int saved = errno;
-
 	shunt_ensure_init();
-	return (int)shunt_ret(shunt_epoll_create(flags), saved);
+	return create(flags);
 }
 
 SHUNT_EXPORT int epoll_create(int size)
 {
-	int saved = errno;
-
 	shunt_ensure_init();
 	if (size <= 0)
 		return shunt_libc.epoll_create(size);	/* EINVAL, from the kernel */
-	return (int)shunt_ret(shunt_epoll_create(0), saved);
+	return create(0);
 }
 
 SHUNT_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
@@ -38,7 +45,19 @@ SHUNT_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	int saved = errno, r;
 
 	shunt_ensure_init();
-	ep = shunt_fdt_get_epoll(epfd);
+	/*
+	 * A registration is a slow path: make sure neither descriptor is a
+	 * stale entry, closed behind our back and its number reused.
+	 */
+	if (op == EPOLL_CTL_ADD) {
+		struct shunt_file *f = shunt_fdt_get_file_checked(fd);
+
+		if (f)
+			shunt_file_put(f);
+		ep = shunt_fdt_get_epoll_checked(epfd);
+	} else {
+		ep = shunt_fdt_get_epoll(epfd);
+	}
 	if (!ep)
 		return shunt_libc.epoll_ctl(epfd, op, fd, ev);
 	r = shunt_epoll_ctl(ep, epfd, op, fd, ev);

@@ -7,13 +7,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/log.h"
+#include "preload/fdlimit.h"
 #include "preload/fdtable.h"
+#include "preload/file.h"
 #include "preload/init.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
@@ -58,46 +62,80 @@ SHUNT_EXPORT void closefrom(int lowfd)
 	errno = saved;
 }
 
-static void warn_hidden(int fd)
+/* A stale fd table entry under @fd (closed behind our back) must not be duplicated. */
+static void check_source(int fd)
 {
-	if (shunt_fdt_is_hidden(fd))
-		shunt_warn("the application replaced descriptor %d that shunt uses; "
-			   "connections using it may fall back or stall", fd);
+	struct shunt_file *f = shunt_fdt_get_file_checked(fd);
+
+	if (f)
+		shunt_file_put(f);
+}
+
+/*
+ * The C library duplicated @fd onto @r (or failed: < 0, passed on); @fresh:
+ * the kernel chose the number, which may have landed in the reserve.
+ */
+static int duplicated(int fd, int r, bool fresh)
+{
+	int e = errno;
+
+	if (r < 0)
+		return r;
+	if (fresh && shunt_fdlimit_admit(r) < 0) {
+		shunt_syscall(SYS_close, r);
+		errno = EMFILE;
+		return -1;
+	}
+	shunt_op_dup(fd, r);
+	errno = e;
+	return r;
 }
 
 SHUNT_EXPORT int dup(int fd)
 {
-	int r;
-
 	shunt_ensure_init();
-	r = shunt_libc.dup(fd);
-	if (r >= 0)
-		shunt_op_dup(fd, r);
-	return r;
+	check_source(fd);
+	return duplicated(fd, shunt_libc.dup(fd), true);
 }
 
 SHUNT_EXPORT int dup2(int fd, int newfd)
 {
-	int r;
-
 	shunt_ensure_init();
-	warn_hidden(newfd);
-	r = shunt_libc.dup2(fd, newfd);
-	if (r >= 0)
-		shunt_op_dup(fd, r);
-	return r;
+	/* ksys_dup3 refuses a target past the limit before it looks at @fd. */
+	if (fd != newfd && shunt_fdlimit_check_target(newfd) < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	check_source(fd);
+	return duplicated(fd, shunt_libc.dup2(fd, newfd), false);
 }
 
 SHUNT_EXPORT int dup3(int fd, int newfd, int flags)
 {
-	int r;
-
 	shunt_ensure_init();
-	warn_hidden(newfd);
-	r = shunt_libc.dup3(fd, newfd, flags);
-	if (r >= 0)
-		shunt_op_dup(fd, r);
-	return r;
+	/* After its EINVAL checks (flags, same descriptor), as ksys_dup3 orders them. */
+	if (!(flags & ~O_CLOEXEC) && fd != newfd && shunt_fdlimit_check_target(newfd) < 0) {
+		errno = EBADF;
+		return -1;
+	}
+	check_source(fd);
+	return duplicated(fd, shunt_libc.dup3(fd, newfd, flags), false);
+}
+
+/* F_DUPFD and F_DUPFD_CLOEXEC: the lowest free number from @arg, in the program's range. */
+static int do_dupfd(int fd, int cmd, void *arg, int (*libc_fn)(int, int, ...))
+{
+	/* do_fcntl reads the argument as an int, f_dupfd as an unsigned one. */
+	unsigned int from = (unsigned int)(int)(long)arg;
+
+	if (shunt_fdlimit_check_from(from) < 0) {
+		/* EBADF first: the descriptor is looked up before the command runs. */
+		if (shunt_syscall(SYS_fcntl, fd, F_GETFD) >= 0)
+			errno = EINVAL;
+		return -1;
+	}
+	check_source(fd);
+	return duplicated(fd, libc_fn(fd, cmd, arg), true);
 }
 
 static int do_fcntl(int fd, int cmd, void *arg, int (*libc_fn)(int, int, ...))
@@ -106,6 +144,8 @@ static int do_fcntl(int fd, int cmd, void *arg, int (*libc_fn)(int, int, ...))
 	int saved = errno, r;
 
 	shunt_ensure_init();
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		return do_dupfd(fd, cmd, arg, libc_fn);
 	s = shunt_fdt_get(fd);
 	if (!s)
 		return libc_fn(fd, cmd, arg);
@@ -163,6 +203,11 @@ SHUNT_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 	int saved = errno;
 
 	shunt_ensure_init();
+	/* do_sys_poll's first check, against the program's own limit (fdlimit.c). */
+	if (shunt_fdlimit_check_nfds(n) < 0) {
+		errno = EINVAL;
+		return -1;
+	}
 	if (!fds || !shunt_poll_has_ours(fds, n))
 		return shunt_libc.poll(fds, n, timeout);
 	return (int)shunt_ret(shunt_op_poll(fds, n, timeout < 0 ? -1 : timeout * 1000000LL, NULL),
@@ -187,6 +232,11 @@ SHUNT_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 	int saved = errno;
 
 	shunt_ensure_init();
+	/* After the timeout's checks, which the kernel makes first. */
+	if (valid_timespec(ts) && shunt_fdlimit_check_nfds(n) < 0) {
+		errno = EINVAL;
+		return -1;
+	}
 	if (!fds || !valid_timespec(ts) || !shunt_poll_has_ours(fds, n))
 		return shunt_libc.ppoll(fds, n, ts, mask);
 	return (int)shunt_ret(shunt_op_poll(fds, n, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1,

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/handoff.h"
 #include "preload/init.h"
@@ -207,6 +208,7 @@ SHUNT_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 		r = shunt_libc.recvmsg(fd, msg, flags);
 		/* Received descriptors (SCM_RIGHTS): a listening socket among them may be ours. */
 		if (r >= 0 && msg && msg->msg_controllen) {
+			shunt_fdlimit_received(msg);
 			shunt_handoff_received(msg);
 			errno = saved;
 		}
@@ -230,8 +232,10 @@ SHUNT_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 		int got = shunt_libc.recvmmsg(fd, vec, n, flags, timeout);
 
 		for (int k = 0; k < got; k++)
-			if (vec[k].msg_hdr.msg_controllen)
+			if (vec[k].msg_hdr.msg_controllen) {
+				shunt_fdlimit_received(&vec[k].msg_hdr);
 				shunt_handoff_received(&vec[k].msg_hdr);
+			}
 		if (got >= 0)
 			errno = saved;
 		return got;

@@ -7,6 +7,7 @@
 #ifndef SHUNT_PRELOAD_LIBC_H
 #define SHUNT_PRELOAD_LIBC_H
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdarg.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -60,6 +62,44 @@
 	X(int, dup, (int)) \
 	X(int, dup2, (int, int)) \
 	X(int, dup3, (int, int, int)) \
+	X(int, open, (const char *, int, ...)) \
+	X(int, open64, (const char *, int, ...)) \
+	X(int, openat, (int, const char *, int, ...)) \
+	X(int, openat64, (int, const char *, int, ...)) \
+	X(int, __open_2, (const char *, int)) \
+	X(int, __open64_2, (const char *, int)) \
+	X(int, __openat_2, (int, const char *, int)) \
+	X(int, __openat64_2, (int, const char *, int)) \
+	X(int, creat, (const char *, mode_t)) \
+	X(int, creat64, (const char *, mode_t)) \
+	X(int, pipe, (int *)) \
+	X(int, pipe2, (int *, int)) \
+	X(int, socketpair, (int, int, int, int *)) \
+	X(int, eventfd, (unsigned int, int)) \
+	X(int, timerfd_create, (int, int)) \
+	X(int, signalfd, (int, const sigset_t *, int)) \
+	X(int, inotify_init, (void)) \
+	X(int, inotify_init1, (int)) \
+	X(int, fanotify_init, (unsigned int, unsigned int)) \
+	X(int, memfd_create, (const char *, unsigned int)) \
+	X(int, pidfd_open, (pid_t, unsigned int)) \
+	X(int, pidfd_getfd, (int, int, unsigned int)) \
+	X(int, mkstemp, (char *)) \
+	X(int, mkostemp, (char *, int)) \
+	X(int, mkstemps, (char *, int)) \
+	X(int, mkostemps, (char *, int, int)) \
+	X(FILE *, fopen, (const char *, const char *)) \
+	X(FILE *, fopen64, (const char *, const char *)) \
+	X(FILE *, freopen, (const char *, const char *, FILE *)) \
+	X(FILE *, freopen64, (const char *, const char *, FILE *)) \
+	X(FILE *, tmpfile, (void)) \
+	X(FILE *, tmpfile64, (void)) \
+	X(int, fclose, (FILE *)) \
+	X(DIR *, opendir, (const char *)) \
+	X(int, getrlimit, (__rlimit_resource_t, struct rlimit *)) \
+	X(int, setrlimit, (__rlimit_resource_t, const struct rlimit *)) \
+	X(int, prlimit, (pid_t, __rlimit_resource_t, const struct rlimit *, struct rlimit *)) \
+	X(long, sysconf, (int)) \
 	X(ssize_t, sendfile, (int, int, off_t *, size_t)) \
 	X(ssize_t, sendfile64, (int, int, off_t *, size_t)) \
 	X(ssize_t, splice, (int, loff_t *, int, loff_t *, size_t, unsigned int)) \

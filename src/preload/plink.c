@@ -73,19 +73,28 @@ static struct shunt_link_hdr *map_link(int memfd, void *at)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-/* Put descriptor @fd at @l->efd[@i]: in place of the old one, or hidden anew. */
-static void set_efd(struct shunt_plink *l, unsigned i, int fd)
+/*
+ * Put descriptor @fd at @l->efd[@i]: in place of the old one, or hidden
+ * anew. 0, or -errno with @fd closed: no room for it (then the link cannot
+ * wake whoever sleeps on that side, and must not be used).
+ */
+static int set_efd(struct shunt_plink *l, unsigned i, int fd)
 {
 	/* Unused (the daemon link's other side): an old descriptor there stays as it is. */
 	if (fd < 0)
-		return;
+		return 0;
 	if (l->efd[i] >= 0 && shunt_syscall(SYS_dup3, fd, l->efd[i], O_CLOEXEC) >= 0) {
 		shunt_close_internal(fd);
-		return;
+		return 0;
 	}
 	if (l->efd[i] >= 0)
 		shunt_close_hidden(l->efd[i]);
 	l->efd[i] = shunt_fd_hide(fd);
+	if (l->efd[i] < 0) {
+		l->efd[i] = -1;
+		return -EMFILE;
+	}
+	return 0;
 }
 
 /* A slot for a new link: a dead one to reuse, or a new one. Under links_lock. */
@@ -111,19 +120,29 @@ static struct shunt_plink *slot_locked(void)
 /*
  * Fill slot @l with a link and make it live: the mapping first (in place of
  * the old one), then the descriptors, then the fields, then the hub and the
- * sleeper counts, and only then is it found by partner. Under links_lock.
+ * sleeper counts, and only then is it found by partner. @fds: memfd, our
+ * eventfd, the other side's (or -1); each one taken over is set to -1, so
+ * that the caller closes only what is left after a failure. Under
+ * links_lock.
  */
 static int fill_locked(struct shunt_plink *l, uint64_t id, uint64_t partner, unsigned side,
-		       bool self, bool daemon, int memfd, int efd_mine, int efd_peer)
+		       bool self, bool daemon, int fds[3])
 {
-	struct shunt_link_hdr *hdr = map_link(memfd, l->hdr);
+	struct shunt_link_hdr *hdr = map_link(fds[0], l->hdr);
+	int e;
 
 	if (!hdr)
 		return -EPROTO;
-	shunt_close_internal(memfd);
+	shunt_close_internal(fds[0]);
+	fds[0] = -1;
 	l->hdr = hdr;
-	set_efd(l, side, efd_mine);
-	set_efd(l, side ^ 1, efd_peer);
+	e = set_efd(l, side, fds[1]);
+	fds[1] = -1;
+	if (e == 0)
+		e = set_efd(l, side ^ 1, fds[2]);
+	fds[2] = -1;
+	if (e < 0)
+		return e;
 	l->id = id;
 	l->side = side;
 	l->self = self;
@@ -150,8 +169,7 @@ struct shunt_plink *shunt_plink_install(const struct shunt_msg_link_reply *r, in
 	l = find(r->partner);
 	/* Known already (asked for and handed over at once): keep the one we drain. */
 	if (!l && r->side <= 1 && (l = slot_locked()))
-		e = fill_locked(l, r->link, r->partner, r->side, self, false, fds[0], fds[1],
-				fds[2]);
+		e = fill_locked(l, r->link, r->partner, r->side, self, false, fds);
 	else if (l)
 		e = 0, shunt_proto_close_fds(fds, 3);
 	pthread_mutex_unlock(&links_lock);
@@ -176,14 +194,16 @@ int shunt_plink_install_daemon(uint64_t id, int fds[2])
 			shunt_notice_unwatch_efd(links[i]->efd[0]);
 		}
 	atomic_store(&daemon_link, NULL);
+	int three[3] = { fds[0], fds[1], -1 };
+
 	l = slot_locked();
 	if (l)
-		e = fill_locked(l, id, 0, 0, false, true, fds[0], fds[1], -1);
+		e = fill_locked(l, id, 0, 0, false, true, three);
 	if (e == 0)
 		atomic_store(&daemon_link, l);
 	pthread_mutex_unlock(&links_lock);
 	if (e < 0)
-		shunt_proto_close_fds(fds, 2);
+		shunt_proto_close_fds(three, 2);
 	return e;
 }
 

@@ -15,6 +15,7 @@
 #include "preload/control.h"
 #include "preload/epoll.h"
 #include "preload/explain.h"
+#include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
 #include "preload/relisten.h"
@@ -138,7 +139,7 @@ static void renew(struct shunt_sock *s, int fd)
 	if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || s->doorbell < 0)
 		goto out;
 	/* Our own descriptor of the socket: the application may close @fd meanwhile. */
-	kfd = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0);
+	kfd = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, shunt_fdlimit_base());
 	if (kfd < 0)
 		goto out;
 	now = shunt_fdt_get(fd);

@@ -54,6 +54,7 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	atomic_store(&s->reuseaddr, false);
 	shunt_list_init(&s->watchers);
 	s->f.kind = SHUNT_FILE_SOCK;
+	atomic_store_explicit(&s->f.ident, 0, memory_order_relaxed);
 	/* Release: the fields above are visible to whoever gets a reference. */
 	atomic_store_explicit(&s->f.refs, 1, memory_order_release);
 	return s;

@@ -22,6 +22,7 @@
 #include "preload/epoll.h"
 #include "preload/explain.h"
 #include "preload/notice.h"
+#include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
 #include "preload/libc.h"
@@ -63,6 +64,7 @@ int shunt_op_socket(int domain, int type, int protocol)
 
 	if (fd < 0)
 		return -errno;
+	shunt_fdt_forget(fd);
 	if (!shunt_enabled() || (domain != AF_INET && domain != AF_INET6) ||
 	    base != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
 		return fd;
@@ -631,6 +633,7 @@ static int kernel_accept(int fd, struct sockaddr *addr, socklen_t *alen, int fla
 
 	if (r < 0)
 		return -errno;
+	shunt_fdt_forget(r);
 	shunt_stats.kernel_accept++;
 	/* Perhaps because shuntd died: see whether one answers again. */
 	shunt_relisten_poke();
@@ -662,13 +665,11 @@ static bool handlers_restart(void)
  * Our own reference to the kernel socket, for a wait that may outlast the
  * application's descriptor: a thread blocked in accept() keeps the socket
  * alive when another one closes the fd, as the kernel's file reference does.
- * Hidden (high-numbered, close-on-exec), out of the application's way.
+ * Hidden in the library's reserve, out of the application's way.
  */
 static int hold_kernel_fd(int fd)
 {
-	int r = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 0);
-
-	return r < 0 ? -errno : shunt_fd_hide(r);
+	return shunt_fd_dup_hidden(fd);
 }
 
 /* SO_RCVTIMEO of @fd as the kernel has it, in microseconds. */
@@ -839,7 +840,8 @@ int shunt_op_close(int fd)
 	struct shunt_file *f;
 	int r;
 
-	if (shunt_fdt_is_hidden(fd))
+	/* The library's own descriptors, and its reserve, where the program has none. */
+	if (shunt_fdt_is_hidden(fd) || shunt_fdlimit_reserved(fd))
 		return -EBADF;
 	if (!shunt_fdt_is_ours(fd))
 		return (int)libc_ret(shunt_libc.close(fd));
@@ -860,6 +862,11 @@ int shunt_op_close_range(unsigned first, unsigned last, int flags)
 
 	if (first > last)
 		return -EINVAL;
+	/* The reserve above the program's limit is the library's (fdlimit.c). */
+	if ((long)first >= shunt_fdlimit_reserve_start())
+		return 0;
+	if ((long)last >= shunt_fdlimit_reserve_start())
+		last = (unsigned)(shunt_fdlimit_reserve_start() - 1);
 	/* Close-on-exec only: our own descriptors have it already. */
 	if (flags & CLOSE_RANGE_CLOEXEC)
 		return (int)libc_ret(shunt_syscall(SYS_close_range, first, last, flags));
@@ -884,22 +891,20 @@ int shunt_op_close_range(unsigned first, unsigned last, int flags)
 
 void shunt_op_dup(int oldfd, int newfd)
 {
-	struct shunt_file *f, *old;
+	struct shunt_file *f;
 
 	if (oldfd == newfd)
 		return;
 	shunt_fork_enter();
 	f = shunt_fdt_get_file(oldfd);
 	if (f) {
-		old = shunt_fdt_set(newfd, f);
+		/* Whatever @newfd was is dropped: the kernel closed it. */
+		shunt_fdt_set(newfd, f);
 		shunt_stats_saw_fd(newfd);
 		shunt_file_put(f);
 	} else {
-		/* The kernel closed whatever @newfd was. */
-		old = shunt_fdt_take(newfd);
+		shunt_fdt_forget(newfd);
 	}
-	if (old)
-		shunt_file_put(old);
 	shunt_fork_leave();
 }
 

@@ -1,36 +1,37 @@
 // SPDX-License-Identifier: MIT
-/* Internal descriptors kept out of the application's low numbers. */
+/* Internal descriptors kept out of the application's way, in the reserve (fdlimit.c). */
+#include <errno.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 
 #include "common/sys.h"
+#include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/util.h"
 
 uint32_t shunt_pid;
 
+int shunt_fd_dup_hidden(int fd)
+{
+	for (;;) {
+		long moved = shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, (long)shunt_fdlimit_base());
+		int err = errno;
+
+		if (moved >= 0) {
+			shunt_fdt_mark_hidden((int)moved, 1);
+			return (int)moved;
+		}
+		/* No free number there (EINVAL: the limit was lowered under it): a larger reserve. */
+		if ((err != EMFILE && err != EINVAL) || shunt_fdlimit_grow() < 0)
+			return err == EINVAL ? -EMFILE : -err;
+	}
+}
+
 int shunt_fd_hide(int fd)
 {
-	struct rlimit rl;
-	rlim_t base;
-	long moved;
+	int moved = shunt_fd_dup_hidden(fd);
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < 64) {
-		shunt_fdt_mark_hidden(fd, 1);
-		return fd;
-	}
-	/* A quarter from the top of the soft limit, but not absurdly high. */
-	base = rl.rlim_cur - rl.rlim_cur / 4;
-	if (base > 32768)
-		base = 32768;
-	moved = shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, (long)base);
-	if (moved < 0) {
-		moved = fd;
-	} else {
-		shunt_close_internal(fd);
-	}
-	shunt_fdt_mark_hidden((int)moved, 1);
-	return (int)moved;
+	shunt_close_internal(fd);
+	return moved;
 }
 
 void shunt_close_hidden(int fd)

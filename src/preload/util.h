@@ -21,13 +21,19 @@ static inline void shunt_close_internal(int fd)
 }
 
 /*
- * Move an internal descriptor out of the application's way: to a high
- * number (the kernel hands the application the lowest free ones, and
- * programs notice when that order changes), close-on-exec, and marked so
- * the application cannot close it. Returns the new number, or @fd itself
- * if it cannot be moved. Close it with shunt_close_hidden().
+ * Move an internal descriptor out of the application's way: into the
+ * library's reserve above the program's descriptor limit (fdlimit.c), so
+ * that it never takes one of the program's numbers; close-on-exec, and
+ * marked so the application cannot close it. Returns the new number, or
+ * -errno (-EMFILE: no room even in the reserve) with @fd closed either way:
+ * the caller goes on without it, as without shuntd. Close the new one with
+ * shunt_close_hidden().
  */
 int shunt_fd_hide(int fd);
+
+/* The same, but a hidden duplicate of @fd, which stays open. */
+int shunt_fd_dup_hidden(int fd);
+
 void shunt_close_hidden(int fd);
 
 static inline int64_t shunt_now_ns(void)

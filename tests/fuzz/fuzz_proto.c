@@ -474,7 +474,8 @@ static bool always_answered(uint16_t type)
 static unsigned fds_due(uint16_t type)
 {
 	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT ||
-	       type == SHUNT_MSG_DOWNGRADE || type == SHUNT_MSG_UNREPAIR;
+	       type == SHUNT_MSG_DOWNGRADE || type == SHUNT_MSG_UNREPAIR ||
+	       type == SHUNT_MSG_WITHDRAW;
 }
 
 /*

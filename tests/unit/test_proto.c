@@ -2,11 +2,13 @@
 /* Control messages: what shunt_proto_check accepts and refuses, and framing with fds. */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <cmocka.h>
 
@@ -172,6 +174,59 @@ static void t_empty_record_with_descriptors_refused(void **state)
 	close(sv[1]);
 }
 
+/*
+ * A process out of descriptors receives a reply whose descriptors the
+ * kernel cannot all install (MSG_CTRUNC): shuntd's receive refuses it, the
+ * library's keeps the message and what arrived, and says it was cut short,
+ * so that its session survives.
+ */
+static void t_truncated_descriptors_reported(void **state)
+{
+	struct shunt_msg_hello m;
+	_Alignas(8) char buf[SHUNT_MSG_MAX];
+	int sv[2], fds[SHUNT_MSG_MAX_FDS], p[2], fill[64], nfill = 0, fd;
+	struct rlimit old, rl;
+	unsigned n = 99;
+	bool cut = false;
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	assert_int_equal(pipe(p), 0);
+	shunt_proto_init(&m, SHUNT_MSG_HELLO, sizeof(m), 4);
+	assert_int_equal(shunt_proto_send(sv[0], &m, p, 2), 0);
+	assert_int_equal(shunt_proto_send(sv[0], &m, p, 2), 0);
+	/* Room for exactly one more descriptor. */
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	while ((fd = dup(0)) >= 0 && fd < 60 && nfill < 64)
+		fill[nfill++] = fd;
+	if (fd >= 0)
+		close(fd);
+	rl = old;
+	rl.rlim_cur = (rlim_t)fill[nfill - 1] + 2;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	assert_int_equal(shunt_proto_recv(sv[1], buf, fds, &n, 0), -EPROTO);
+	assert_int_equal(n, 0);
+	assert_int_equal(shunt_proto_recv_reply(sv[1], buf, fds, &n, &cut), sizeof(m));
+	assert_true(cut);
+	assert_int_equal(n, 1);
+	assert_int_equal(((struct shunt_msg_hello *)buf)->h.seq, 4);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	close(fds[0]);
+	while (nfill)
+		close(fill[--nfill]);
+	/* Nothing cut: the same receive says so. */
+	assert_int_equal(shunt_proto_send(sv[0], &m, p, 2), 0);
+	assert_int_equal(shunt_proto_recv_reply(sv[1], buf, fds, &n, &cut), sizeof(m));
+	assert_false(cut);
+	assert_int_equal(n, 2);
+	close(fds[0]);
+	close(fds[1]);
+	close(p[0]);
+	close(p[1]);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -181,6 +236,7 @@ int main(void)
 		cmocka_unit_test(t_descriptors_travel_with_the_message),
 		cmocka_unit_test(t_too_many_descriptors_refused),
 		cmocka_unit_test(t_empty_record_with_descriptors_refused),
+		cmocka_unit_test(t_truncated_descriptors_reported),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
