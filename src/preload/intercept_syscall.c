@@ -12,6 +12,7 @@
 
 #include "common/sys.h"
 #include "preload/init.h"
+#include "preload/uring.h"
 
 SHUNT_EXPORT long syscall(long nr, ...)
 {
@@ -25,6 +26,10 @@ SHUNT_EXPORT long syscall(long nr, ...)
 	va_end(ap);
 	shunt_ensure_init();
 	switch (nr) {
+	case SYS_io_uring_setup:
+	case SYS_io_uring_enter:
+	case SYS_io_uring_register:
+		return shunt_uring_syscall(nr, a);
 	default:
 		break;
 	}
