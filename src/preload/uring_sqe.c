@@ -12,8 +12,11 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 #include "preload/epoll.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
@@ -112,6 +115,20 @@ static int epoll_to_kernel(struct shunt_epoll *ep, unsigned op)
 	return r;
 }
 
+/*
+ * Whether @fd, which the table says is a shunt socket, is no socket at all:
+ * it was closed behind the library's back (a raw close system call) and
+ * its number reused. Then the entry is stale and the kernel's file is used.
+ */
+static bool not_a_socket(int fd)
+{
+	socklen_t len = sizeof(int);
+	int type;
+
+	return shunt_syscall(SYS_getsockopt, fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 &&
+	       errno == ENOTSOCK;
+}
+
 /* Operation @op will use descriptor @fd's file: 0 to let it, or the error it fails with. */
 static int target(unsigned op, int fd)
 {
@@ -123,6 +140,13 @@ static int target(unsigned op, int fd)
 		return 0;
 	switch (f->kind) {
 	case SHUNT_FILE_SOCK:
+		if (not_a_socket(fd)) {
+			struct shunt_file *stale = shunt_fdt_take(fd);
+
+			if (stale)
+				shunt_file_put(stale);
+			break;
+		}
 		r = sock_to_kernel((struct shunt_sock *)f, fd, op);
 		break;
 	case SHUNT_FILE_EPOLL:
@@ -181,6 +205,7 @@ static bool epoll_ctl_sqe(struct shunt_iou_sqe *s)
 	r = shunt_epoll_ctl(ep, epfd, op, fd,
 			    op == EPOLL_CTL_DEL ? NULL : (struct epoll_event *)(uintptr_t)s->addr);
 	shunt_file_put(&ep->f);
+	shunt_debug("io_uring: epoll_ctl(%d, %d, %d) by the library: %d", epfd, op, fd, r);
 	shunt_uring_complete_with(s, r);
 	return false;
 }
