@@ -30,6 +30,7 @@ static struct shunt_iou_sqe *sqe_at(struct shunt_uring *u, uint32_t pos)
 	uint32_t idx = pos & u->mask;
 
 	if (u->array) {
+		/* Written before the tail's release store, which enter()'s acquire load ordered. */
 		idx = __atomic_load_n(&u->array[idx], __ATOMIC_RELAXED);
 		if (idx >= u->entries)
 			return NULL;
