@@ -496,6 +496,10 @@ int shunt_epoll_ctl(struct shunt_epoll *ep, int epfd, int op, int fd, struct epo
 	if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev)
 		return -EFAULT;
 	f = fd == epfd ? NULL : shunt_fdt_get_file(fd);
+	if (f && f->kind == SHUNT_FILE_URING) {
+		shunt_file_put(f);	/* a ring is a kernel descriptor with a record */
+		f = NULL;
+	}
 	if (!f)
 		return (int)kctl(epfd, op, fd, ev);	/* kernel descriptors, as asked */
 	if (f->kind == SHUNT_FILE_SOCK)
@@ -582,6 +586,72 @@ void shunt_epoll_sock_gone(struct shunt_sock *s)
 		unlink_reg(r);
 	}
 	pthread_mutex_unlock(&shunt_notice_lock);
+}
+
+void shunt_epoll_sock_forget(struct shunt_sock *s)
+{
+	struct shunt_list *pos, *tmp;
+
+	pthread_mutex_lock(&shunt_notice_lock);
+	shunt_list_for_each_safe(pos, tmp, &s->watchers) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
+
+		if (r->mode != SHUNT_REG_KERNEL) {
+			uninstall(r);
+			/* A fired EPOLLONESHOT stays disarmed, as the kernel keeps only these bits. */
+			if (!r->armed)
+				r->events &= EPOLLONESHOT | EPOLLET | EPOLLWAKEUP | EPOLLEXCLUSIVE;
+			r->mode = SHUNT_REG_KERNEL;
+			if (install(r))
+				shunt_warn("fd %d: cannot give its epoll registration to the kernel", r->fd);
+		}
+		unlink_reg(r);
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+}
+
+/* shunt_epoll_members for @ep and, recursively, what is nested in it. Under the notice lock. */
+static int members(struct shunt_epoll *ep, struct shunt_sock **socks, int *fds, int n, int max)
+{
+	struct shunt_list *pos;
+
+	shunt_list_for_each(pos, &ep->regs) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, ep_node);
+
+		if (n == max)
+			break;
+		if (r->mode == SHUNT_REG_NESTED) {
+			n = members(r->inner, socks, fds, n, max);
+		} else if (r->mode != SHUNT_REG_KERNEL) {
+			shunt_file_ref(&r->sock->f);
+			socks[n] = r->sock;
+			fds[n++] = r->fd;
+		}
+	}
+	return n;
+}
+
+int shunt_epoll_members(struct shunt_epoll *ep, struct shunt_sock **socks, int *fds, int max)
+{
+	int n;
+
+	pthread_mutex_lock(&shunt_notice_lock);
+	n = members(ep, socks, fds, 0, max);
+	pthread_mutex_unlock(&shunt_notice_lock);
+	return n;
+}
+
+bool shunt_epoll_kernel_only(struct shunt_epoll *ep)
+{
+	struct shunt_list *pos;
+	bool r = true;
+
+	pthread_mutex_lock(&shunt_notice_lock);
+	shunt_list_for_each(pos, &ep->regs)
+		if (shunt_container_of(pos, struct shunt_reg, ep_node)->mode != SHUNT_REG_KERNEL)
+			r = false;
+	pthread_mutex_unlock(&shunt_notice_lock);
+	return r;
 }
 
 void shunt_epoll_release(struct shunt_epoll *ep)

@@ -130,6 +130,24 @@ bool shunt_epoll_ready_now(struct shunt_epoll *ep);
  */
 bool shunt_epoll_readable(struct shunt_epoll *ep);
 
+/*
+ * The socket becomes a plain kernel socket the library forgets (an io_uring
+ * operation reached its kernel file): every registration of it becomes the
+ * kernel's own, with the application's events and data, and our records go.
+ */
+void shunt_epoll_sock_forget(struct shunt_sock *s);
+
+/* Whether @ep holds only kernel registrations: its kernel instance tells all. */
+bool shunt_epoll_kernel_only(struct shunt_epoll *ep);
+
+/*
+ * The sockets whose readiness @ep (or an instance nested in it) learns in
+ * user space — registrations not in KERNEL mode — each with a reference
+ * (drop with shunt_sock_put) and the descriptor it was registered under;
+ * at most @max. Returns how many.
+ */
+int shunt_epoll_members(struct shunt_epoll *ep, struct shunt_sock **socks, int *fds, int max);
+
 /* Called by shunt_file_put when the last reference is gone. */
 void shunt_epoll_release(struct shunt_epoll *ep);
 

@@ -3,6 +3,7 @@
 #include "preload/epoll.h"
 #include "preload/file.h"
 #include "preload/sock.h"
+#include "preload/uring.h"
 
 void shunt_file_put(struct shunt_file *f)
 {
@@ -10,6 +11,8 @@ void shunt_file_put(struct shunt_file *f)
 		return;
 	if (f->kind == SHUNT_FILE_SOCK)
 		shunt_sock_release((struct shunt_sock *)f);
+	else if (f->kind == SHUNT_FILE_URING)
+		shunt_uring_release((struct shunt_uring *)f);
 	else
 		shunt_epoll_release((struct shunt_epoll *)f);
 }

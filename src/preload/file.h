@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What the fd table holds: a reference-counted object per open file
- * description the library manages, either a socket or an epoll instance.
+ * description the library manages: a socket, an epoll instance, or an
+ * io_uring ring the application made through syscall() (uring.h).
  * Each kind embeds struct shunt_file first and comes from a type-stable pool
  * of its own, so references can be taken without a lock (see fdtable.c).
  */
@@ -15,6 +16,7 @@
 enum shunt_file_kind {
 	SHUNT_FILE_SOCK = 1,
 	SHUNT_FILE_EPOLL = 2,
+	SHUNT_FILE_URING = 3,
 };
 
 struct shunt_file {

@@ -38,6 +38,7 @@
 #include "preload/fdtable.h"
 #include "preload/init.h"
 #include "preload/ops.h"
+#include "preload/uring.h"
 #include "preload/util.h"
 
 /* The kernel's sigset_t: what ppoll, pselect6 and epoll_pwait insist on. */
@@ -402,6 +403,12 @@ SHUNT_EXPORT long syscall(long nr, ...)
 	case SYS_prlimit64:
 		return raw_rlimit(nr, a);
 
+
+	/* io_uring: rings the library watches (uring.c). */
+	case SYS_io_uring_setup:
+	case SYS_io_uring_enter:
+	case SYS_io_uring_register:
+		return shunt_uring_syscall(nr, a);
 	default:
 		return raw(nr, a);
 	}
