@@ -763,6 +763,11 @@ size_t shunt_conn_outq(struct shunt_conn *c)
 	return n > c->ring_size ? 0 : (size_t)n;
 }
 
+void shunt_conn_set_error(struct shunt_conn *c, int err)
+{
+	atomic_store(&c->me->sk_err, (uint32_t)err);
+}
+
 bool shunt_conn_closed(struct shunt_conn *c)
 {
 	uint32_t ps = sync_peer(c);

@@ -137,6 +137,9 @@ int shunt_conn_take_error(struct shunt_conn *c);
 size_t shunt_conn_inq(struct shunt_conn *c);
 size_t shunt_conn_outq(struct shunt_conn *c);
 
+/* Make @err the pending error (recvmmsg keeps one that came after data). */
+void shunt_conn_set_error(struct shunt_conn *c, int err);
+
 /* Bytes sent and received so far (our own ring positions). */
 uint64_t shunt_conn_tx_bytes(struct shunt_conn *c);
 uint64_t shunt_conn_rx_bytes(struct shunt_conn *c);

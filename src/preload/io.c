@@ -235,6 +235,19 @@ ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int f
 	return r;
 }
 
+int shunt_op_pending_error(struct shunt_sock *s)
+{
+	if (shunt_sock_state(s) != SHUNT_SOCK_CONNECTED)
+		return 0;
+	return -shunt_conn_take_error(s->conn);
+}
+
+void shunt_op_keep_error(struct shunt_sock *s, int err)
+{
+	if (shunt_sock_state(s) == SHUNT_SOCK_CONNECTED)
+		shunt_conn_set_error(s->conn, err);
+}
+
 enum { BOUNCE_SIZE = 1 << 16 };
 
 /* A per-thread buffer for the calls the kernel would do without one. */
