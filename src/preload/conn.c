@@ -638,10 +638,14 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (!total)
 			break;
 		if (avail && peek) {
-			/* Peeking never consumes: copy again from the head each time. */
+			/*
+			 * Peeking never consumes: copy again from the head each
+			 * time. With MSG_TRUNC nothing is copied, only counted.
+			 */
 			copied = (size_t)avail < (size_t)total ? (size_t)avail : (size_t)total;
 			cursor_init(&cur, iov, iovcnt);
-			copy_from_ring(&c->rx, 0, &cur, copied);
+			if (!discard)
+				copy_from_ring(&c->rx, 0, &cur, copied);
 			if (copied >= target)
 				break;
 		} else if (avail) {

@@ -89,7 +89,8 @@ struct shunt_io {
 
 /*
  * Send or receive with the socket-call semantics of send(2)/recv(2): flags
- * MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL, MSG_TRUNC (discard), MSG_OOB.
+ * MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL, MSG_TRUNC (discard, or with MSG_PEEK
+ * count without copying), MSG_OOB.
  * Return bytes, or -errno (-EPIPE means the caller may owe a SIGPIPE).
  */
 ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
