@@ -80,7 +80,8 @@ void shunt_conn_free(struct shunt_conn *c);
 
 /* The socket's settings a data call needs. */
 struct shunt_io {
-	bool nonblock;			/* O_NONBLOCK of the descriptor, or MSG_DONTWAIT */
+	bool nonblock;			/* O_NONBLOCK of the descriptor, MSG_DONTWAIT, or
+					   a negative SO_SNDTIMEO / SO_RCVTIMEO */
 	int64_t timeout_us;		/* SO_SNDTIMEO / SO_RCVTIMEO, 0: none */
 	int lowat;			/* SO_RCVLOWAT, at least 1 */
 	bool moved;			/* out: the kernel carries the connection now; the call

@@ -127,6 +127,13 @@ static bool opt_nonblock(struct shunt_sock *s, int fd)
 	return v;
 }
 
+/*
+ * A timeout: 0 none, > 0 microseconds, < 0 "never wait" (a negative
+ * SO_*TIMEO). The kernel reads "never wait" back as {0, 0}, like "none":
+ * a copy saying "never wait" where the kernel says {0, 0} is taken as it
+ * is. A peer that wrote it there makes calls on its own connection fail
+ * with EAGAIN, no worse than the reset it could send instead.
+ */
 static int64_t opt_timeo(struct shunt_sock *s, int fd, bool rcv)
 {
 	_Atomic int64_t *known = rcv ? &s->rcvtimeo_us : &s->sndtimeo_us;
@@ -140,8 +147,11 @@ static int64_t opt_timeo(struct shunt_sock *s, int fd, bool rcv)
 				  &len) < 0)
 		return atomic_load(known);
 	/* Saturated: a deadline that far away is none (shunt_deadline). */
-	v = tv.tv_sec < 0 ? 0 : tv.tv_sec >= INT64_MAX / 1000000 ? INT64_MAX
-		: (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+	if (tv.tv_sec == 0 && tv.tv_usec == 0)
+		v = v < 0 ? -1 : 0;
+	else
+		v = tv.tv_sec < 0 ? 0 : tv.tv_sec >= INT64_MAX / 1000000 ? INT64_MAX
+			: (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 	atomic_store(known, v);
 	return v;
 }
@@ -162,9 +172,11 @@ static int opt_rcvlowat(struct shunt_sock *s, int fd)
 
 ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
+	int64_t timeo = opt_timeo(s, fd, false);
 	struct shunt_io io = {
-		.nonblock = (flags & MSG_DONTWAIT) || opt_nonblock(s, fd),
-		.timeout_us = opt_timeo(s, fd, false),
+		/* A negative SO_SNDTIMEO: the kernel's timeout of 0, which never waits. */
+		.nonblock = (flags & MSG_DONTWAIT) || timeo < 0 || opt_nonblock(s, fd),
+		.timeout_us = timeo > 0 ? timeo : 0,
 		.lowat = 1,
 	};
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
@@ -191,9 +203,11 @@ ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int
 
 ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
+	int64_t timeo = opt_timeo(s, fd, true);
 	struct shunt_io io = {
-		.nonblock = (flags & MSG_DONTWAIT) || opt_nonblock(s, fd),
-		.timeout_us = opt_timeo(s, fd, true),
+		/* A negative SO_RCVTIMEO: the kernel's timeout of 0, which never waits. */
+		.nonblock = (flags & MSG_DONTWAIT) || timeo < 0 || opt_nonblock(s, fd),
+		.timeout_us = timeo > 0 ? timeo : 0,
 		.lowat = opt_rcvlowat(s, fd),
 	};
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <linux/sockios.h>
+#include <linux/time_types.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/ioctl.h>
@@ -21,13 +22,35 @@
 #include "preload/ops.h"
 #include "preload/sock.h"
 
-static int64_t timeout_us(int fd, int name)
+/*
+ * The timeout SO_RCVTIMEO or SO_SNDTIMEO (@name, either spelling) was just
+ * set to from @val: -1 for a negative one, which the kernel stores as "do
+ * not wait" and reads back as {0, 0}, just like "no timeout"; otherwise
+ * what the kernel reads back, since it rounds the value it was given.
+ */
+static int64_t timeout_us(int fd, int name, const void *val)
 {
+	bool rcv = name == SO_RCVTIMEO_OLD || name == SO_RCVTIMEO_NEW;
 	struct timeval tv;
 	socklen_t len = sizeof(tv);
+	int64_t sec;
 
-	/* Read back what the kernel stored: it normalises the value it was given. */
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, name, &tv, &len) < 0)
+	/* The kernel accepted it, so it was long enough for its kind. */
+	if (name == SO_RCVTIMEO_NEW || name == SO_SNDTIMEO_NEW) {
+		struct __kernel_sock_timeval k;
+
+		memcpy(&k, val, sizeof(k));
+		sec = k.tv_sec;
+	} else {
+		struct { long tv_sec, tv_usec; } k;	/* __kernel_old_timeval */
+
+		memcpy(&k, val, sizeof(k));
+		sec = k.tv_sec;
+	}
+	if (sec < 0)
+		return -1;
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, rcv ? SO_RCVTIMEO_OLD : SO_SNDTIMEO_OLD, &tv,
+				  &len) < 0)
 		return 0;
 	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 }
@@ -52,14 +75,14 @@ bool shunt_sock_opt_nonblock(struct shunt_sock *s)
 		 : atomic_load(&s->nonblock);
 }
 
-/* Timeouts read from shared memory: a negative one (a lie) is none. */
+/* Timeouts: any negative value is "never wait" (io.c checks a changed one with the kernel). */
 int64_t shunt_sock_opt_rcvtimeo(struct shunt_sock *s)
 {
 	struct shunt_circuit_end *e = opts_end(s);
 	int64_t v = e ? atomic_load_explicit(&e->rcvtimeo_us, memory_order_relaxed)
 		      : atomic_load(&s->rcvtimeo_us);
 
-	return v > 0 ? v : 0;
+	return v < 0 ? -1 : v;
 }
 
 int64_t shunt_sock_opt_sndtimeo(struct shunt_sock *s)
@@ -68,7 +91,7 @@ int64_t shunt_sock_opt_sndtimeo(struct shunt_sock *s)
 	int64_t v = e ? atomic_load_explicit(&e->sndtimeo_us, memory_order_relaxed)
 		      : atomic_load(&s->sndtimeo_us);
 
-	return v > 0 ? v : 0;
+	return v < 0 ? -1 : v;
 }
 
 int shunt_sock_opt_rcvlowat(struct shunt_sock *s)
@@ -205,11 +228,11 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	switch (name) {
 	case SO_RCVTIMEO_OLD:
 	case SO_RCVTIMEO_NEW:
-		set_timeo(s, true, timeout_us(fd, SO_RCVTIMEO_OLD));
+		set_timeo(s, true, timeout_us(fd, name, val));
 		break;
 	case SO_SNDTIMEO_OLD:
 	case SO_SNDTIMEO_NEW:
-		set_timeo(s, false, timeout_us(fd, SO_SNDTIMEO_OLD));
+		set_timeo(s, false, timeout_us(fd, name, val));
 		break;
 	case SO_RCVLOWAT: {
 		int v = 1;

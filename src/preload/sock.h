@@ -45,8 +45,8 @@ struct shunt_sock {
 	 * read them with the shunt_sock_opt_* accessors.
 	 */
 	_Atomic bool nonblock;		/* O_NONBLOCK of the open file description */
-	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0 = none */
-	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0 = none */
+	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0 = none, < 0 = never wait */
+	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0 = none, < 0 = never wait */
 	_Atomic int rcvlowat;		/* SO_RCVLOWAT as the kernel stored it */
 	_Atomic bool linger_abort;	/* SO_LINGER {1, 0}: close() resets */
 	_Atomic int so_error;		/* pending error of a failed circuit connect */
