@@ -480,6 +480,22 @@ static int send_blocked(struct shunt_conn *c, size_t done, size_t left, ssize_t 
 	return 0;
 }
 
+/*
+ * sendmsg with control data the kernel refuses (@err): tcp_sendmsg first
+ * wants a state that can send (else the pending error, or EPIPE), and only
+ * then fails with @err. Under the tx lock.
+ */
+static int refuse_cmsg(struct shunt_conn *c, int err)
+{
+	sync_peer(c);
+	if (is_dead(c) || (my_state(c) & SHUNT_END_WR_SHUT)) {
+		int e = take_error(c);
+
+		return e ? -e : -EPIPE;
+	}
+	return err;
+}
+
 ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
 			struct shunt_io *io)
 {
@@ -496,6 +512,11 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 	r = tx_lock(c, &timer, nonblock);
 	if (r)
 		return r;
+	if (io->cmsg_err) {
+		r = refuse_cmsg(c, io->cmsg_err);
+		tx_unlock(c);
+		return r;
+	}
 	for (;;) {
 		size_t space, n;
 
@@ -765,6 +786,15 @@ size_t shunt_conn_outq(struct shunt_conn *c)
 	if (is_dead(c))
 		return 0;
 	return n > c->ring_size ? 0 : (size_t)n;
+}
+
+size_t shunt_conn_inq_hint(struct shunt_conn *c)
+{
+	size_t n = shunt_conn_inq(c);
+	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
+
+	/* tcp_inq_hint: after the FIN, 1 rather than 0, so the reader reads on (and sees EOF). */
+	return n || !(ps & SHUNT_END_WR_SHUT) ? n : 1;
 }
 
 void shunt_conn_set_error(struct shunt_conn *c, int err)

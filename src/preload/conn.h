@@ -84,6 +84,8 @@ struct shunt_io {
 					   a negative SO_SNDTIMEO / SO_RCVTIMEO */
 	int64_t timeout_us;		/* SO_SNDTIMEO / SO_RCVTIMEO, 0: none */
 	int lowat;			/* SO_RCVLOWAT, at least 1 */
+	int cmsg_err;			/* send: -errno the kernel finds in the control
+					   data (cmsg.c), reported once the state allows */
 	bool moved;			/* out: the kernel carries the connection now; the call
 					   returned what it moved so far (maybe 0) */
 };
@@ -138,6 +140,9 @@ int shunt_conn_take_error(struct shunt_conn *c);
 /* FIONREAD and SIOCOUTQ: bytes we have not read; bytes the peer has not. */
 size_t shunt_conn_inq(struct shunt_conn *c);
 size_t shunt_conn_outq(struct shunt_conn *c);
+
+/* TCP_INQ's count after a receive: unread bytes, or 1 at EOF (tcp_inq_hint). */
+size_t shunt_conn_inq_hint(struct shunt_conn *c);
 
 /* Make @err the pending error (recvmmsg keeps one that came after data). */
 void shunt_conn_set_error(struct shunt_conn *c, int err);

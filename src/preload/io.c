@@ -11,12 +11,14 @@
 #include <stdlib.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <netinet/tcp.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/sys.h"
+#include "preload/cmsg.h"
 #include "preload/conn.h"
 #include "preload/epoll.h"
 #include "preload/libc.h"
@@ -170,7 +172,9 @@ static int opt_rcvlowat(struct shunt_sock *s, int fd)
 	return v;
 }
 
-ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
+/* A send, and the verdict on its control data (sendmsg) to give once the state allows. */
+static ssize_t send_iov(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt,
+			int flags, int cmsg_err)
 {
 	int64_t timeo = opt_timeo(s, fd, false);
 	struct shunt_io io = {
@@ -178,6 +182,7 @@ ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int
 		.nonblock = (flags & MSG_DONTWAIT) || timeo < 0 || opt_nonblock(s, fd),
 		.timeout_us = timeo > 0 ? timeo : 0,
 		.lowat = 1,
+		.cmsg_err = cmsg_err,
 	};
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
 	struct shunt_conn *c = s->conn;
@@ -199,6 +204,11 @@ ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int
 	if (r == -EPIPE && !(flags & MSG_NOSIGNAL))
 		raise(SIGPIPE);
 	return r;
+}
+
+ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	return send_iov(s, fd, iov, iovcnt, flags, 0);
 }
 
 ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
@@ -227,10 +237,20 @@ ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int
 
 ssize_t shunt_op_sendmsg(struct shunt_sock *s, int fd, const struct msghdr *msg, int flags)
 {
+	int r;
+
 	if (!msg || msg->msg_iovlen > IOV_MAX)
 		return msg ? -EMSGSIZE : -EFAULT;
-	/* A connected stream socket ignores the destination and our control data. */
-	return shunt_op_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	r = shunt_cmsg_send_buffer(msg);
+	if (r)
+		return r;
+	/*
+	 * A connected stream socket ignores the destination; of the control
+	 * data it checks the SOL_SOCKET messages, whose values change nothing
+	 * on a circuit.
+	 */
+	return send_iov(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags,
+			msg->msg_controllen ? shunt_cmsg_send_check(fd, msg) : 0);
 }
 
 ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int flags)
@@ -241,10 +261,19 @@ ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int f
 		return msg ? -EMSGSIZE : -EFAULT;
 	r = shunt_op_recv(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 	if (r >= 0) {
-		/* What tcp_recvmsg leaves in them: no address, no control data. */
+		size_t used = 0;
+
+		/* What tcp_recvmsg leaves in them: no address, control data as asked for. */
 		msg->msg_namelen = 0;
-		msg->msg_controllen = 0;
 		msg->msg_flags = flags & MSG_CMSG_CLOEXEC;
+		/* TCP_INQ: the bytes left to read after this call (TCP_CM_INQ). */
+		if ((shunt_sock_opt_flags(s) & SHUNT_OPT_INQ) &&
+		    shunt_sock_state(s) == SHUNT_SOCK_CONNECTED) {
+			int inq = (int)shunt_conn_inq_hint(s->conn);
+
+			shunt_cmsg_put(msg, &used, SOL_TCP, TCP_CM_INQ, &inq, sizeof(inq));
+		}
+		msg->msg_controllen = used;
 	}
 	return r;
 }

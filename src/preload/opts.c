@@ -110,6 +110,13 @@ bool shunt_sock_opt_linger_abort(struct shunt_sock *s)
 	return e ? atomic_load(&e->linger_abort) != 0 : atomic_load(&s->linger_abort);
 }
 
+uint32_t shunt_sock_opt_flags(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	return e ? atomic_load_explicit(&e->opts, memory_order_relaxed) : atomic_load(&s->opts);
+}
+
 void shunt_sock_opts_to_circuit(struct shunt_sock *s)
 {
 	struct shunt_circuit_end *e = opts_end(s);
@@ -121,6 +128,7 @@ void shunt_sock_opts_to_circuit(struct shunt_sock *s)
 	atomic_store(&e->sndtimeo_us, atomic_load(&s->sndtimeo_us));
 	atomic_store(&e->rcvlowat, (uint32_t)atomic_load(&s->rcvlowat));
 	atomic_store(&e->linger_abort, atomic_load(&s->linger_abort));
+	atomic_store(&e->opts, atomic_load(&s->opts));
 }
 
 /* Set an option's value here and, when there is one, in the circuit. */
@@ -160,6 +168,44 @@ static void set_linger_abort(struct shunt_sock *s, bool v)
 		atomic_store(&e->linger_abort, v);
 }
 
+static void set_flag(struct shunt_sock *s, uint32_t flag, bool on)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	if (on)
+		atomic_fetch_or(&s->opts, flag);
+	else
+		atomic_fetch_and(&s->opts, ~flag);
+	if (e) {
+		if (on)
+			atomic_fetch_or(&e->opts, flag);
+		else
+			atomic_fetch_and(&e->opts, ~flag);
+	}
+}
+
+/* What a TCP option reads back as, or -1. */
+static int tcp_opt(int fd, int name)
+{
+	int v = -1;
+	socklen_t len = sizeof(v);
+
+	if (shunt_libc.getsockopt(fd, IPPROTO_TCP, name, &v, &len) < 0)
+		return -1;
+	return v;
+}
+
+/* The TCP options that change how bytes move, once the kernel half took them. */
+static void set_tcp(struct shunt_sock *s, int fd, int name, const void *val)
+{
+	(void)val;
+	switch (name) {
+	case TCP_INQ:
+		set_flag(s, SHUNT_OPT_INQ, tcp_opt(fd, TCP_INQ) > 0);
+		break;
+	}
+}
+
 /*
  * Options an accepted socket inherits from its listener (the kernel clones
  * the listening sock). A shunt socket accepted from a circuit is a new
@@ -174,7 +220,7 @@ static const struct {
 	{ SOL_SOCKET, SO_REUSEADDR }, { SOL_SOCKET, SO_MARK },
 	{ IPPROTO_TCP, TCP_NODELAY }, { IPPROTO_TCP, TCP_KEEPIDLE }, { IPPROTO_TCP, TCP_KEEPINTVL },
 	{ IPPROTO_TCP, TCP_KEEPCNT }, { IPPROTO_TCP, TCP_USER_TIMEOUT }, { IPPROTO_TCP, TCP_CORK },
-	{ IPPROTO_TCP, TCP_CONGESTION },
+	{ IPPROTO_TCP, TCP_CONGESTION }, { IPPROTO_TCP, TCP_INQ },
 	{ IPPROTO_IP, IP_TOS }, { IPPROTO_IP, IP_TTL },
 	{ IPPROTO_IPV6, IPV6_TCLASS }, { IPPROTO_IPV6, IPV6_UNICAST_HOPS },
 };
@@ -211,6 +257,7 @@ void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to,
 	atomic_store(&to->sndtimeo_us, atomic_load(&from->sndtimeo_us));
 	atomic_store(&to->linger_abort, atomic_load(&from->linger_abort));
 	atomic_store(&to->rcvlowat, atomic_load(&from->rcvlowat));
+	atomic_store(&to->opts, atomic_load(&from->opts));
 }
 
 int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const void *val,
@@ -223,6 +270,8 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	i = inherited_index(level, name);
 	if (i >= 0)
 		atomic_fetch_or(&s->inherit, 1u << i);
+	if (level == IPPROTO_TCP)
+		set_tcp(s, fd, name, val);
 	if (level != SOL_SOCKET)
 		return 0;
 	switch (name) {
