@@ -15,18 +15,44 @@
 #include "common/log.h"
 #include "preload/conn.h"
 #include "preload/control.h"
+#include "preload/cork.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
 #include "preload/stats.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
-/*
- * Bytes moved between publishing indices: small enough that producer and
- * consumer work on different parts of the ring at the same time, large
- * enough that the index cache lines rarely move.
- */
-enum { CHUNK = 64 << 10 };
+enum {
+	/*
+	 * Bytes moved between publishing indices: small enough that producer
+	 * and consumer work on different parts of the ring at the same time,
+	 * large enough that the index cache lines rarely move.
+	 */
+	CHUNK = 64 << 10,
+	/*
+	 * A blocking send up to this size that fits the socket's share of the
+	 * ring waits until all of it fits, then goes in whole: tcp_sendmsg
+	 * appends small sends to a segment of up to 64 KiB without a pause,
+	 * so threads sending records on one socket never see them torn apart.
+	 */
+	WHOLE_MAX = 64 << 10,
+	/*
+	 * The kernel's receive window on loopback, which a sender whose
+	 * SO_SNDBUF is set can fill on top of its own buffer, unless the peer
+	 * set SO_RCVBUF (then half of that, the rest being overhead).
+	 */
+	RCV_SHARE = 64 << 10,
+	/* Never less, whatever the peer wrote: a share of 0 would stop us for good. */
+	SHARE_MIN = 4096,
+	/*
+	 * Held bytes (TCP_CORK, MSG_MORE) go out in full segments of
+	 * loopback's MSS, as tcp_push sends full segments and keeps the rest.
+	 */
+	CORK_SEGMENT = 65483,
+};
+
+/* The kernel's ceiling on holding bytes back (TCP_CORK, MSG_MORE): 200 ms. */
+#define CORK_DELAY_NS (200 * 1000 * 1000LL)
 
 /* A position in an iovec array. */
 struct iov_cursor {
@@ -293,6 +319,7 @@ static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_rin
 		     int producer, struct shunt_timer *t, bool nonblock)
 {
 	bool other;
+	uint32_t h;
 
 	while (!shunt_lock_try(w, shunt_pid, &other)) {
 		int64_t deadline = shunt_timer_deadline(t), soon = shunt_deadline(LOCK_PATIENCE_US);
@@ -306,8 +333,26 @@ static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_rin
 			return -EAGAIN;
 	}
 	/* Another process held it since we did: our copy of the index may be stale. */
-	if (other)
+	if (other && !producer) {
 		shunt_ring_resync(ring, producer);
+	} else if (other) {
+		/*
+		 * A producer writes past the tail by the bytes held back
+		 * (TCP_CORK). The count is shared memory: a count the ring
+		 * cannot hold is none, and the bytes are lost, as are bytes
+		 * the peer overwrote.
+		 */
+		ring->pos = atomic_load_explicit(&ring->ctl->tail, memory_order_relaxed);
+		ring->seen = atomic_load_explicit(&ring->ctl->head, memory_order_acquire);
+		h = atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+		if (ring->pos - ring->seen > c->ring_size ||
+		    h > c->ring_size - (ring->pos - ring->seen)) {
+			h = 0;
+			atomic_store_explicit(&c->me->corked, 0, memory_order_relaxed);
+		}
+		ring->pos += h;
+		ring->held = ring->held_told = h;
+	}
 	return 0;
 }
 
@@ -331,13 +376,117 @@ static void rx_unlock(struct shunt_conn *c)
 	shunt_unlock(&c->me->rx_lock, shunt_pid);
 }
 
+/*
+ * How much of the ring this end's bytes may fill: all of it, unless the
+ * program set SO_SNDBUF (which turns the kernel's buffer sizing off); then
+ * about what the kernel would hold for a loopback connection, its own
+ * buffer and the peer's receive window, so that a non-blocking writer
+ * stops as soon as the kernel's would. Both are read from shared memory:
+ * whatever they say, the share stays within SHARE_MIN and the ring.
+ */
+static size_t tx_share(struct shunt_conn *c)
+{
+	uint32_t snd = atomic_load_explicit(&c->me->sndbuf, memory_order_relaxed), rcv;
+	uint64_t share;
+
+	if (!snd)
+		return c->ring_size;
+	rcv = atomic_load_explicit(&c->peer->rcvbuf, memory_order_relaxed);
+	share = (uint64_t)snd + (rcv ? rcv / 2 : RCV_SHARE);
+	if (share < SHARE_MIN)
+		share = SHARE_MIN;
+	return share < c->ring_size ? (size_t)share : c->ring_size;
+}
+
+/* Bytes written and held back (TCP_CORK, MSG_MORE). Under the tx lock. */
+static size_t held(struct shunt_conn *c)
+{
+	return (size_t)c->tx.held;
+}
+
+/*
+ * Make all written bytes visible but the last @keep, and wake the reader.
+ * Under the tx lock.
+ */
+static void release_held(struct shunt_conn *c, size_t keep)
+{
+	if (held(c) > keep) {
+		shunt_ring_publish_held(&c->tx, keep);
+		wake_peer(c, SHUNT_WAKE_RX);
+	} else {
+		/* Held streaming stores are published by whoever pushes them: fence them here. */
+		shunt_ring_fence(&c->tx);
+	}
+	/*
+	 * Stores only on a change: the peer reads this block (the state) on
+	 * every call, and a write would take its cache line away each time.
+	 * The count last told is ours to know, the deadline 0 whenever it is.
+	 */
+	if (c->tx.held_told != keep) {
+		if (!keep)
+			atomic_store_explicit(&c->me->cork_deadline, 0, memory_order_relaxed);
+		atomic_store_explicit(&c->me->corked, (uint32_t)keep, memory_order_relaxed);
+		c->tx.held_told = keep;
+	}
+}
+
+/*
+ * After a send copied bytes: what tcp_push would send. Corked (TCP_CORK
+ * or MSG_MORE) only full segments go; the rest waits for more, for the
+ * cork to come off, or for the 200 ms the kernel holds it at most, which
+ * the cork timer (cork.c) keeps. Under the tx lock.
+ */
+static void push_after_send(struct shunt_conn *c, int flags)
+{
+	bool corked = (flags & MSG_MORE) ||
+		      (atomic_load_explicit(&c->me->opts, memory_order_relaxed) & SHUNT_OPT_CORK);
+	size_t keep = corked ? held(c) % CORK_SEGMENT : 0;
+
+	release_held(c, keep);
+	if (keep && !atomic_load_explicit(&c->me->cork_deadline, memory_order_relaxed)) {
+		int64_t at = shunt_now_ns() + CORK_DELAY_NS;
+
+		atomic_store_explicit(&c->me->cork_deadline, at, memory_order_relaxed);
+		shunt_cork_arm(c, at);
+	}
+}
+
+/*
+ * Room for new bytes in the share, less what is unread and held; the
+ * consumer's head is read again only when the last one seen leaves less
+ * than @want. -EPROTO if the head the peer published is impossible.
+ */
+static long tx_room(struct shunt_conn *c, size_t share, size_t want)
+{
+	size_t used = c->ring_size - shunt_ring_space_cached(&c->tx);
+
+	if (used >= share || share - used < want) {
+		long sp = shunt_ring_space(&c->tx);
+
+		if (sp < 0)
+			return sp;
+		used = c->ring_size - (size_t)sp;
+	}
+	return used < share ? (long)(share - used) : 0;
+}
+
+/* What a waiting sender needs: room for @need bytes, or any sign it cannot send. */
+struct tx_want {
+	struct shunt_conn *c;
+	size_t need;
+};
+
 /* Send readiness, for the wait loop: made without the lock, from shared indices. */
 static bool tx_ready(void *arg)
 {
-	struct shunt_conn *c = arg;
+	struct tx_want *w = arg;
+	struct shunt_conn *c = w->c;
 	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
+	uint64_t used = shunt_ring_used_shared(&c->tx) +
+			atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+	size_t share = tx_share(c), need = w->need < share ? w->need : share;
 
-	return shunt_ring_used_shared(&c->tx) != c->ring_size || peer_gone(ps) || is_dead(c) ||
+	return used > c->ring_size || used + need <= share || peer_gone(ps) || is_dead(c) ||
 	       error_pending(c) || (my_state(c) & (SHUNT_END_WR_SHUT | SHUNT_END_KERNEL));
 }
 
@@ -372,15 +521,24 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 	}
 	c->let_go = true;
 	shunt_notice_unbind(c);
+	shunt_cork_forget(c);
 	/*
 	 * Like the kernel's socket release, which only the last reference
 	 * triggers: held by this process alone (the count is shuntd's), we
 	 * publish at once; shared after fork, shuntd says who is last.
+	 * Bytes held back (TCP_CORK) go out first, before a FIN as with
+	 * tcp_send_fin, or now rather than from a timer this process no
+	 * longer runs for it; a reset discards them, as it purges the
+	 * kernel's send queue.
 	 */
 	if (atomic_load(&c->me->holders) <= 1) {
+		if (!abort && !unread(c))
+			shunt_conn_push(c);
 		publish_close(c, abort);
 		shunt_ctl_close(c->circuit, c->end, false);
 	} else {
+		if (!abort)
+			shunt_conn_push(c);
 		r = shunt_ctl_close(c->circuit, c->end, true);
 		/* Without shuntd's word, better a connection ended early than one never ended. */
 		if (r == SHUNT_LAST || r < 0)
@@ -413,9 +571,30 @@ void shunt_conn_let_go(struct shunt_conn *c)
 		return;
 	c->let_go = true;
 	shunt_notice_unbind(c);
+	shunt_cork_forget(c);
 	shunt_ctl_close(c->circuit, c->end, false);
 	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
 	atomic_fetch_add(&shunt_stats.shm_rx_bytes, shunt_conn_rx_bytes(c));
+}
+
+/*
+ * Publish the bytes end @e of a circuit holds back, whoever wrote them,
+ * with its tx lock held. The count is shared memory: one the ring cannot
+ * hold is dropped. A holder's private write position stays right: it is
+ * the tail now.
+ */
+static void flush_held(struct shunt_circuit_hdr *hdr, uint32_t ring_size, unsigned e)
+{
+	struct shunt_circuit_end *end = &hdr->end[e];
+	struct shunt_ring_ctl *ctl = &hdr->ring[shunt_tx_ring(e)];
+	uint32_t h = atomic_load_explicit(&end->corked, memory_order_relaxed);
+	uint64_t tail = atomic_load_explicit(&ctl->tail, memory_order_relaxed);
+	uint64_t used = tail - atomic_load_explicit(&ctl->head, memory_order_acquire);
+
+	if (h && used <= ring_size && h <= ring_size - used)
+		atomic_store_explicit(&ctl->tail, tail + h, memory_order_release);
+	atomic_store_explicit(&end->corked, 0, memory_order_relaxed);
+	atomic_store_explicit(&end->cork_deadline, 0, memory_order_relaxed);
 }
 
 int shunt_conn_downgrade(struct shunt_conn *c, int fd)
@@ -438,8 +617,18 @@ int shunt_conn_downgrade(struct shunt_conn *c, int fd)
 			break;
 		}
 	}
-	if (r == 0)
+	if (r == 0) {
+		/*
+		 * shuntd moves what the rings hold up to their tails: bytes
+		 * either end holds back (TCP_CORK) join them first, as the
+		 * kernel socket would send them eventually anyway.
+		 */
+		shunt_ring_fence(&c->tx);
+		flush_held(c->hdr, c->ring_size, 0);
+		flush_held(c->hdr, c->ring_size, 1);
+		c->tx.held = c->tx.held_told = 0;
 		r = shunt_ctl_downgrade(c->circuit, fd);
+	}
 	while (held--)
 		shunt_unlock(locks[held], shunt_pid);
 	if (r < 0)
@@ -499,9 +688,10 @@ static int refuse_cmsg(struct shunt_conn *c, int err)
 ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
 			struct shunt_io *io)
 {
-	bool nonblock = io->nonblock || (flags & MSG_DONTWAIT);
+	bool nonblock = io->nonblock || (flags & MSG_DONTWAIT), whole;
 	ssize_t total = iov_total(iov, iovcnt), pretend = 0;
 	struct shunt_timer timer = { .timeout_us = io->timeout_us };
+	struct tx_want want = { .c = c };
 	struct iov_cursor cur;
 	size_t done = 0;
 	int r;
@@ -517,8 +707,10 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		tx_unlock(c);
 		return r;
 	}
+	whole = !nonblock && (size_t)total <= WHOLE_MAX;
 	for (;;) {
-		size_t space, n;
+		size_t share, left = (size_t)total - done, n;
+		long room;
 
 		/* Moved onto the kernel: the rest goes there (the caller sends it). */
 		if (my_state(c) & SHUNT_END_KERNEL) {
@@ -526,43 +718,52 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			r = 0;
 			break;
 		}
-		r = send_blocked(c, done, (size_t)total - done, &pretend);
+		r = send_blocked(c, done, left, &pretend);
 		if (r)
 			break;
-		space = shunt_ring_space_cached(&c->tx);
-		if (space < (size_t)total - done) {
-			long sp = shunt_ring_space(&c->tx);
-
-			if (sp < 0) {
-				broken(c);
-				continue;
-			}
-			space = (size_t)sp;
+		share = tx_share(c);
+		/* Larger than the whole share (a tiny SO_SNDBUF): it goes in pieces. */
+		if (left > share)
+			whole = false;
+		room = tx_room(c, share, left);
+		if (room < 0) {
+			broken(c);
+			continue;
 		}
-		n = space < (size_t)total - done ? space : (size_t)total - done;
+		n = (size_t)room < left ? (size_t)room : left;
 		if (n > CHUNK)
 			n = CHUNK;
+		if (whole && n < left)
+			n = 0;
 		if (n) {
 			copy_to_ring(&c->tx, &cur, n);
-			shunt_ring_publish(&c->tx, n);
-			wake_peer(c, SHUNT_WAKE_RX);
+			shunt_ring_hold(&c->tx, n);
 			done += n;
+			push_after_send(c, flags);
 		}
 		if (done == (size_t)total)
 			break;
 		if (n)
 			continue;	/* the next chunk may fit already */
 		/* Also when woken over and over without room: the time is up. */
-		if (nonblock || timed_out(&timer))
+		if (nonblock || timed_out(&timer)) {
+			/* Out of room after some bytes: tcp_sendmsg pushes them all. */
+			if (done)
+				release_held(c, 0);
 			break;
+		}
 		/*
-		 * Sleep without the lock, as the kernel's sk_stream_wait_memory
+		 * Out of room: what is held goes out first, as tcp_sendmsg
+		 * pushes before it sleeps, else the reader could never make
+		 * room. Then sleep without the lock, as sk_stream_wait_memory
 		 * releases the socket: other holders may send, time out or get
 		 * EAGAIN meanwhile. (So may their bytes come between ours, as
-		 * with the kernel, for a send too large to fit at once.)
+		 * with the kernel, for a send too large to go in whole.)
 		 */
+		release_held(c, 0);
 		tx_unlock(c);
-		r = shunt_wait_end(c->me, &c->me->tx_waiters, tx_ready, c,
+		want.need = whole ? left : 1;
+		r = shunt_wait_end(c->me, &c->me->tx_waiters, tx_ready, &want,
 				   shunt_timer_deadline(&timer));
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;
@@ -722,6 +923,8 @@ unlocked:
 
 int shunt_conn_shutdown(struct shunt_conn *c, int how)
 {
+	struct shunt_timer none = { 0 };
+
 	sync_peer(c);
 	if (how == SHUT_RD || how == SHUT_RDWR) {
 		atomic_fetch_or_explicit(&c->me->state, SHUNT_END_RD_SHUT, memory_order_release);
@@ -730,10 +933,65 @@ int shunt_conn_shutdown(struct shunt_conn *c, int how)
 	}
 	if ((how == SHUT_WR || how == SHUT_RDWR) &&
 	    !(my_state(c) & SHUNT_END_WR_SHUT)) {
+		/*
+		 * Under the tx lock, as the kernel's shutdown holds the socket:
+		 * no send is half-way through a copy, and what is held back
+		 * goes out before the FIN (tcp_send_fin). Without the lock
+		 * (a holder stopped in a copy) the FIN goes anyway.
+		 */
+		bool locked = tx_lock(c, &none, true) == 0;
+
+		if (locked && !(my_state(c) & SHUNT_END_KERNEL))
+			release_held(c, 0);
 		publish_state(c, SHUNT_END_WR_SHUT);
+		if (locked)
+			tx_unlock(c);
 		wake_self(c, SHUNT_WAKE_ALL);
 	}
 	return is_dead(c) ? -ENOTCONN : 0;
+}
+
+void shunt_conn_push(struct shunt_conn *c)
+{
+	struct shunt_timer none = { 0 };
+
+	if (!atomic_load_explicit(&c->me->corked, memory_order_relaxed) ||
+	    tx_lock(c, &none, true) != 0)
+		return;
+	if (!(my_state(c) & SHUNT_END_KERNEL))
+		release_held(c, 0);
+	tx_unlock(c);
+}
+
+int64_t shunt_conn_cork_expire(struct shunt_conn *c)
+{
+	struct shunt_timer none = { 0 };
+	int64_t at, now;
+
+	if (!atomic_load_explicit(&c->me->corked, memory_order_relaxed))
+		return 0;
+	/* A holder in the middle of a copy: come back soon. */
+	if (tx_lock(c, &none, true) != 0)
+		return shunt_now_ns() + CORK_DELAY_NS / 200;
+	at = atomic_load_explicit(&c->me->cork_deadline, memory_order_relaxed);
+	now = shunt_now_ns();
+	if (my_state(c) & SHUNT_END_KERNEL) {
+		at = 0;
+	} else if (!held(c)) {
+		at = 0;
+	} else if (!at || at <= now) {
+		release_held(c, 0);
+		at = 0;
+	}
+	tx_unlock(c);
+	return at;
+}
+
+void shunt_conn_bufs_changed(struct shunt_conn *c)
+{
+	/* Our share may have grown (SO_SNDBUF), or the peer's (SO_RCVBUF). */
+	wake_self(c, SHUNT_WAKE_TX);
+	wake_peer(c, SHUNT_WAKE_TX);
 }
 
 unsigned shunt_conn_poll(struct shunt_conn *c, int lowat)
@@ -756,8 +1014,12 @@ unsigned shunt_conn_poll(struct shunt_conn *c, int lowat)
 		mask |= POLLIN | POLLRDNORM | POLLRDHUP;
 	if (rcv_shut && snd_shut)
 		mask |= POLLHUP;
-	/* Writable with a third of the ring free, as sk_stream_is_writeable. */
-	if (snd_shut || out > c->ring_size || c->ring_size - out >= c->ring_size / 3)
+	size_t share = tx_share(c);
+
+	/* Held bytes are queued, not sent: they count, as in the kernel's wmem_queued. */
+	out += atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+	/* Writable with a third of the share free, as sk_stream_is_writeable. */
+	if (snd_shut || out > c->ring_size || (out <= share && share - out >= share / 3))
 		mask |= POLLOUT | POLLWRNORM;
 	if (error_pending(c))
 		mask |= POLLERR;
@@ -783,9 +1045,19 @@ size_t shunt_conn_outq(struct shunt_conn *c)
 
 	/* A reset purges the send queue. */
 	sync_peer(c);
-	if (is_dead(c))
+	if (is_dead(c) || n > c->ring_size)
 		return 0;
-	return n > c->ring_size ? 0 : (size_t)n;
+	/* Bytes held back are in the send queue too. */
+	n += atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+	return n > c->ring_size ? c->ring_size : (size_t)n;
+}
+
+size_t shunt_conn_unsent(struct shunt_conn *c)
+{
+	uint32_t n = atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+
+	sync_peer(c);
+	return is_dead(c) || n > c->ring_size ? 0 : n;
 }
 
 size_t shunt_conn_inq_hint(struct shunt_conn *c)

@@ -55,6 +55,17 @@ static int64_t timeout_us(int fd, int name, const void *val)
 	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
+/* A buffer size as the kernel stored it (doubled, clamped): what sizes a circuit's share. */
+static uint32_t buf_size(int fd, int name)
+{
+	int v = 0;
+	socklen_t len = sizeof(v);
+
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, name, &v, &len) < 0 || v <= 0)
+		return 0;
+	return (uint32_t)v;
+}
+
 /*
  * The circuit end whose copies of the options count, or NULL. A retired
  * connection stays mapped until the socket is released, so reading one that
@@ -110,6 +121,20 @@ bool shunt_sock_opt_linger_abort(struct shunt_sock *s)
 	return e ? atomic_load(&e->linger_abort) != 0 : atomic_load(&s->linger_abort);
 }
 
+uint32_t shunt_sock_opt_sndbuf(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	return e ? atomic_load_explicit(&e->sndbuf, memory_order_relaxed) : atomic_load(&s->sndbuf);
+}
+
+uint32_t shunt_sock_opt_rcvbuf(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	return e ? atomic_load_explicit(&e->rcvbuf, memory_order_relaxed) : atomic_load(&s->rcvbuf);
+}
+
 uint32_t shunt_sock_opt_flags(struct shunt_sock *s)
 {
 	struct shunt_circuit_end *e = opts_end(s);
@@ -128,6 +153,8 @@ void shunt_sock_opts_to_circuit(struct shunt_sock *s)
 	atomic_store(&e->sndtimeo_us, atomic_load(&s->sndtimeo_us));
 	atomic_store(&e->rcvlowat, (uint32_t)atomic_load(&s->rcvlowat));
 	atomic_store(&e->linger_abort, atomic_load(&s->linger_abort));
+	atomic_store(&e->sndbuf, atomic_load(&s->sndbuf));
+	atomic_store(&e->rcvbuf, atomic_load(&s->rcvbuf));
 	atomic_store(&e->opts, atomic_load(&s->opts));
 }
 
@@ -168,6 +195,23 @@ static void set_linger_abort(struct shunt_sock *s, bool v)
 		atomic_store(&e->linger_abort, v);
 }
 
+/*
+ * A buffer size changed: the circuit's share for this socket's bytes and
+ * for the peer's changes with it, and a sender waiting for room may have
+ * it now (the kernel's sk_write_space on SO_SNDBUF).
+ */
+static void set_buf(struct shunt_sock *s, bool snd, uint32_t v)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	atomic_store(snd ? &s->sndbuf : &s->rcvbuf, v);
+	if (e) {
+		atomic_store(snd ? &e->sndbuf : &e->rcvbuf, v);
+		if (shunt_sock_state(s) == SHUNT_SOCK_CONNECTED)
+			shunt_conn_bufs_changed(s->conn);
+	}
+}
+
 static void set_flag(struct shunt_sock *s, uint32_t flag, bool on)
 {
 	struct shunt_circuit_end *e = opts_end(s);
@@ -184,6 +228,13 @@ static void set_flag(struct shunt_sock *s, uint32_t flag, bool on)
 	}
 }
 
+/* Bytes held back by TCP_CORK or MSG_MORE go out now (tcp_push_pending_frames). */
+static void push_held(struct shunt_sock *s)
+{
+	if (shunt_sock_state(s) == SHUNT_SOCK_CONNECTED)
+		shunt_conn_push(s->conn);
+}
+
 /* What a TCP option reads back as, or -1. */
 static int tcp_opt(int fd, int name)
 {
@@ -198,8 +249,22 @@ static int tcp_opt(int fd, int name)
 /* The TCP options that change how bytes move, once the kernel half took them. */
 static void set_tcp(struct shunt_sock *s, int fd, int name, const void *val)
 {
-	(void)val;
+	int v;
+
 	switch (name) {
+	case TCP_CORK:
+		v = tcp_opt(fd, TCP_CORK);
+		set_flag(s, SHUNT_OPT_CORK, v > 0);
+		/* Uncorking sends what was held, as tcp_sock_set_cork does. */
+		if (v == 0)
+			push_held(s);
+		break;
+	case TCP_NODELAY:
+		/* Turning Nagle off pushes what is pending, even while corked. */
+		memcpy(&v, val, sizeof(v));
+		if (v)
+			push_held(s);
+		break;
 	case TCP_INQ:
 		set_flag(s, SHUNT_OPT_INQ, tcp_opt(fd, TCP_INQ) > 0);
 		break;
@@ -257,6 +322,8 @@ void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to,
 	atomic_store(&to->sndtimeo_us, atomic_load(&from->sndtimeo_us));
 	atomic_store(&to->linger_abort, atomic_load(&from->linger_abort));
 	atomic_store(&to->rcvlowat, atomic_load(&from->rcvlowat));
+	atomic_store(&to->sndbuf, atomic_load(&from->sndbuf));
+	atomic_store(&to->rcvbuf, atomic_load(&from->rcvbuf));
 	atomic_store(&to->opts, atomic_load(&from->opts));
 }
 
@@ -282,6 +349,14 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	case SO_SNDTIMEO_OLD:
 	case SO_SNDTIMEO_NEW:
 		set_timeo(s, false, timeout_us(fd, name, val));
+		break;
+	case SO_SNDBUF:
+	case SO_SNDBUFFORCE:
+		set_buf(s, true, buf_size(fd, SO_SNDBUF));
+		break;
+	case SO_RCVBUF:
+	case SO_RCVBUFFORCE:
+		set_buf(s, false, buf_size(fd, SO_RCVBUF));
 		break;
 	case SO_RCVLOWAT: {
 		int v = 1;
@@ -372,7 +447,7 @@ int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg)
 			v = (int)shunt_conn_outq(s->conn);
 			break;
 		case SIOCOUTQNSD:
-			v = 0;		/* nothing waits to be sent: it is in the ring */
+			v = (int)shunt_conn_unsent(s->conn);	/* held back by TCP_CORK */
 			break;
 		case SIOCATMARK:
 			v = 0;
