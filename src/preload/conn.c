@@ -8,11 +8,15 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "common/circuit.h"
 #include "common/lock.h"
 #include "common/log.h"
+#include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/cork.h"
@@ -130,6 +134,93 @@ static void cursor_init(struct iov_cursor *cur, const struct iovec *iov, int cnt
 	}
 }
 
+/*
+ * The holders' pids (shunt_circuit_end.pid): each process holding an end
+ * writes its own there, as it opens the connection or, after fork, in the
+ * child; a peer reads them to learn that every holder is gone at once,
+ * where shuntd would tell it a little later. Only pids of one pid
+ * namespace, ours, mean anything to us.
+ */
+static pthread_once_t pids_once = PTHREAD_ONCE_INIT;
+static uint64_t my_pidns;			/* set once */
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shunt_list all_conns = { &all_conns, &all_conns };	/* under all_lock */
+
+static bool pid_gone(uint32_t pid)
+{
+	return shunt_syscall(SYS_kill, (pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Write @pid into end @e's holders, as one of namespace my_pidns. */
+static void hold_pid(struct shunt_circuit_end *e, uint32_t pid)
+{
+	uint64_t ns = 0;
+	uint32_t v;
+
+	if (!my_pidns || (!atomic_compare_exchange_strong(&e->pidns, &ns, my_pidns) &&
+			  ns != my_pidns)) {
+		atomic_store(&e->pid_overflow, 1);
+		return;
+	}
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++)
+		if (atomic_load(&e->pid[i]) == pid)
+			return;
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		v = 0;
+		if (atomic_compare_exchange_strong(&e->pid[i], &v, pid))
+			return;
+	}
+	/* No free entry: take one whose process is gone (it died holding it). */
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		v = atomic_load(&e->pid[i]);
+		if (v && pid_gone(v) && atomic_compare_exchange_strong(&e->pid[i], &v, pid))
+			return;
+	}
+	atomic_store(&e->pid_overflow, 1);
+}
+
+static void drop_pid(struct shunt_circuit_end *e, uint32_t pid)
+{
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		uint32_t v = pid;
+
+		atomic_compare_exchange_strong(&e->pid[i], &v, 0);
+	}
+}
+
+static void all_fork_prepare(void)
+{
+	pthread_mutex_lock(&all_lock);
+}
+
+static void all_fork_parent(void)
+{
+	pthread_mutex_unlock(&all_lock);
+}
+
+/* The child holds every connection the parent held: it says so in each. */
+static void all_fork_child(void)
+{
+	struct shunt_list *n;
+
+	pthread_mutex_init(&all_lock, NULL);
+	shunt_list_for_each(n, &all_conns) {
+		struct shunt_conn *c = shunt_container_of(n, struct shunt_conn, all);
+
+		if (!c->let_go)
+			hold_pid(c->me, shunt_pid);
+	}
+}
+
+static void pids_init(void)
+{
+	struct stat st;
+
+	if (stat("/proc/self/ns/pid", &st) == 0)
+		my_pidns = (uint64_t)st.st_ino;
+	pthread_atfork(all_fork_prepare, all_fork_parent, all_fork_child);
+}
+
 struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 {
 	struct shunt_conn *c;
@@ -171,6 +262,11 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 	c->route = -1;
 	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
 	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
+	pthread_once(&pids_once, pids_init);
+	pthread_mutex_lock(&all_lock);
+	shunt_list_add_tail(&all_conns, &c->all);
+	hold_pid(c->me, shunt_pid);
+	pthread_mutex_unlock(&all_lock);
 	return c;
 }
 
@@ -522,6 +618,7 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 	c->let_go = true;
 	shunt_notice_unbind(c);
 	shunt_cork_forget(c);
+	drop_pid(c->me, shunt_pid);
 	/*
 	 * Like the kernel's socket release, which only the last reference
 	 * triggers: held by this process alone (the count is shuntd's), we
@@ -550,6 +647,9 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 
 void shunt_conn_free(struct shunt_conn *c)
 {
+	pthread_mutex_lock(&all_lock);
+	shunt_list_del(&c->all);
+	pthread_mutex_unlock(&all_lock);
 	shunt_circuit_unmap(c->hdr, c->ring_size);
 	free(c);
 }
@@ -572,6 +672,7 @@ void shunt_conn_let_go(struct shunt_conn *c)
 	c->let_go = true;
 	shunt_notice_unbind(c);
 	shunt_cork_forget(c);
+	drop_pid(c->me, shunt_pid);
 	shunt_ctl_close(c->circuit, c->end, false);
 	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
 	atomic_fetch_add(&shunt_stats.shm_rx_bytes, shunt_conn_rx_bytes(c));
@@ -639,6 +740,49 @@ int shunt_conn_downgrade(struct shunt_conn *c, int fd)
 }
 
 /*
+ * Whether every process holding the peer's end is gone: each wrote its pid
+ * (hold_pid), all in our pid namespace, none is alive and the peer is not
+ * known closed. shuntd learns it too, but only once it has run; the kernel
+ * closes a dead process's sockets before its parent can reap it, so a
+ * program that reaped the peer already sees the reset or FIN. A pid reused
+ * since counts as alive, and then shuntd tells us.
+ */
+static bool peer_vanished(struct shunt_conn *c)
+{
+	unsigned n = 0;
+
+	if (!my_pidns || atomic_load(&c->peer->pidns) != my_pidns ||
+	    atomic_load(&c->peer->pid_overflow) ||
+	    (atomic_load(&c->peer->state) & (SHUNT_END_CLOSED | SHUNT_END_KERNEL)) ||
+	    atomic_load(&c->peer->corked))
+		return false;
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		uint32_t pid = atomic_load(&c->peer->pid[i]);
+
+		if (!pid)
+			continue;
+		if (!pid_gone(pid))
+			return false;
+		n++;
+	}
+	return n > 0;
+}
+
+/*
+ * What shuntd does to the peer's end once its last holder is gone
+ * (daemon/circuit.c), done by us who found out first: a reset if it left
+ * bytes of ours unread, else a FIN. Our own watchers hear of it.
+ */
+static void bury_peer(struct shunt_conn *c)
+{
+	uint32_t st = shunt_ring_used_shared(&c->tx) ? SHUNT_END_CLOSED | SHUNT_END_RESET
+						   : SHUNT_END_CLOSED | SHUNT_END_WR_SHUT;
+
+	atomic_fetch_or_explicit(&c->peer->state, st, memory_order_release);
+	wake_self(c, SHUNT_WAKE_ALL);
+}
+
+/*
  * Why a send cannot proceed right now, or 0. A pending error is consumed
  * only when nothing was sent yet (@done == 0): otherwise the partial count
  * is returned and the error waits for the next call, as in the kernel.
@@ -653,13 +797,16 @@ static int send_blocked(struct shunt_conn *c, size_t done, size_t left, ssize_t 
 		return -err;
 	if (is_dead(c) || (my_state(c) & SHUNT_END_WR_SHUT))
 		return -EPIPE;
-	if ((ps & SHUNT_END_CLOSED) ||
-	    (ps & (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) == (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) {
+	if (left && ((ps & SHUNT_END_CLOSED) ||
+		     ((ps & (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) ==
+		      (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT) && tx_room(c, tx_share(c), 1) > 0))) {
 		/*
 		 * Data for a socket that is gone, or that shut down both ways
 		 * (FIN_WAIT with RCV_SHUTDOWN): the kernel sends it, the peer
 		 * answers with a reset, and only the next call fails: EPIPE,
-		 * since its FIN came first. A peer still open is reset too.
+		 * since its FIN came first. A peer still open is reset too,
+		 * once data reaches it: not while its window (our ring) is
+		 * full, nor for a send of nothing.
 		 */
 		make_dead(c, EPIPE);
 		publish_state(c, SHUNT_END_RESET);
@@ -747,6 +894,14 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			continue;	/* the next chunk may fit already */
 		/* Also when woken over and over without room: the time is up. */
 		if (nonblock || timed_out(&timer)) {
+			/*
+			 * No room because the peer died with our bytes unread?
+			 * Then it is a reset, as with the kernel, not EAGAIN.
+			 */
+			if (!done && peer_vanished(c)) {
+				bury_peer(c);
+				continue;
+			}
 			/* Out of room after some bytes: tcp_sendmsg pushes them all. */
 			if (done)
 				release_held(c, 0);

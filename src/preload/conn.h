@@ -14,6 +14,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "common/list.h"
 #include "common/ring.h"
 #include "common/wake.h"
 #include "shunt/proto.h"
@@ -55,6 +56,8 @@ struct shunt_conn {
 	int64_t cork_at;		/* when to look at it next */
 	bool cork_listed;		/* on the list */
 	_Atomic bool cork_gone;		/* let go: never listed again */
+
+	struct shunt_list all;		/* under conn.c's lock: every connection of the process */
 
 	struct shunt_conn *retired_next;	/* the owning socket's list of shut connections */
 	bool let_go;			/* shunt_conn_shut ran: this process no longer holds it */
