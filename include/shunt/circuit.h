@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #define SHUNT_CIRCUIT_MAGIC 0x746e6873u /* "shnt" little-endian */
-#define SHUNT_CIRCUIT_VERSION 2u
+#define SHUNT_CIRCUIT_VERSION 3u
 
 enum shunt_circuit_geometry {
 	SHUNT_CACHELINE = 64,
@@ -62,6 +62,12 @@ enum shunt_end_flags {
 	SHUNT_FLAG_DEAD = 1u << 0,	/* reset seen or sent: reads say 0, writes EPIPE */
 };
 
+/* Boolean socket options of one end that change how its bytes move. */
+enum shunt_end_opts {
+	SHUNT_OPT_CORK = 1u << 0,	/* TCP_CORK: partial segments wait (conn.c) */
+	SHUNT_OPT_INQ = 1u << 1,	/* TCP_INQ: recvmsg reports the bytes left */
+};
+
 enum { SHUNT_ROUTES = 8 };
 
 /*
@@ -88,13 +94,32 @@ struct shunt_circuit_end {
 	_Atomic uint32_t nonblock;	/* O_NONBLOCK of the socket's open file */
 	_Atomic uint32_t rcvlowat;	/* SO_RCVLOWAT as the kernel stored it */
 	_Atomic uint32_t linger_abort;	/* SO_LINGER {1, 0}: the last close resets */
-	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0: none */
-	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0: none */
+	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0: none, < 0: never wait */
+	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0: none, < 0: never wait */
+	_Atomic uint32_t sndbuf;	/* SO_SNDBUF as read back once set, 0: never set */
+	_Atomic uint32_t rcvbuf;	/* SO_RCVBUF likewise; the peer reads it too */
+	_Atomic uint32_t opts;		/* enum shunt_end_opts */
+	/*
+	 * Under tx_lock: bytes written past the ring's tail but not yet
+	 * published (TCP_CORK, MSG_MORE), and when they must go out at the
+	 * latest (CLOCK_MONOTONIC ns, 0: none held).
+	 */
+	_Atomic uint32_t corked;
+	_Atomic int64_t cork_deadline;
 	/*
 	 * Where notices for this end go: per holder process that watches it in
 	 * poll or epoll, (session id << 16 | slot); 0 is a free entry.
 	 */
 	alignas(SHUNT_SHARE_APART) _Atomic uint64_t route[SHUNT_ROUTES];
+	/*
+	 * The pids of the processes holding this end, each written by itself
+	 * (0: a free entry), the pid namespace they belong to (its inode), and
+	 * whether one found no room or another namespace: the peer learns from
+	 * them that every holder is gone before shuntd can tell it (conn.c).
+	 */
+	_Atomic uint64_t pidns;
+	_Atomic uint32_t pid[SHUNT_ROUTES];
+	_Atomic uint32_t pid_overflow;
 	/*
 	 * The locks that make the holders one producer of the tx ring and one
 	 * consumer of the rx ring (common/lock.h), each on a line of its own:
@@ -124,13 +149,17 @@ struct shunt_circuit_hdr {
 };
 
 _Static_assert(sizeof(struct shunt_circuit_end) == 4 * SHUNT_SHARE_APART, "four blocks");
+_Static_assert(offsetof(struct shunt_circuit_end, cork_deadline) + 8 <= SHUNT_SHARE_APART,
+	       "options in the first block");
 _Static_assert(offsetof(struct shunt_circuit_end, route) == SHUNT_SHARE_APART, "routes apart");
+_Static_assert(offsetof(struct shunt_circuit_end, pid_overflow) + 4 <= 2 * SHUNT_SHARE_APART,
+	       "pids with the routes");
 _Static_assert(offsetof(struct shunt_circuit_end, rx_lock) == 3 * SHUNT_SHARE_APART, "locks apart");
 _Static_assert(sizeof(struct shunt_ring_ctl) == 2 * SHUNT_SHARE_APART, "tail and head apart");
-_Static_assert(offsetof(struct shunt_circuit_hdr, setup) == 12, "layout v2");
-_Static_assert(offsetof(struct shunt_circuit_hdr, end) == 128, "layout v2");
-_Static_assert(offsetof(struct shunt_circuit_hdr, ring) == 1152, "layout v2");
-_Static_assert(offsetof(struct shunt_circuit_hdr, ring[1].head) == 1536, "layout v2");
+_Static_assert(offsetof(struct shunt_circuit_hdr, setup) == 12, "layout v3");
+_Static_assert(offsetof(struct shunt_circuit_hdr, end) == 128, "layout v3");
+_Static_assert(offsetof(struct shunt_circuit_hdr, ring) == 1152, "layout v3");
+_Static_assert(offsetof(struct shunt_circuit_hdr, ring[1].head) == 1536, "layout v3");
 _Static_assert(sizeof(struct shunt_circuit_hdr) <= SHUNT_CIRCUIT_HDR_SIZE, "fits its page");
 
 /* A route: which session wants notices for an end, under which of its slots. */

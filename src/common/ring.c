@@ -16,5 +16,6 @@ void shunt_ring_attach(struct shunt_ring *ring, struct shunt_circuit_hdr *hdr, u
 	ring->pos = atomic_load_explicit(producer ? &ring->ctl->tail : &ring->ctl->head,
 					 memory_order_acquire);
 	ring->seen = ring->pos;
+	ring->held = ring->held_told = 0;
 	ring->streamed = 0;
 }

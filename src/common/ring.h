@@ -22,8 +22,16 @@ struct shunt_ring {
 	struct shunt_ring_ctl *ctl;	/* shared: tail and head */
 	uint8_t *data;			/* shared: @size bytes */
 	uint32_t size;			/* power of two, as shuntd sized it */
-	uint64_t pos;			/* ours: tail if we produce, head if we consume */
+	uint64_t pos;			/* ours: the write position (the tail plus any
+					   bytes held back) if we produce, head if we consume */
 	uint64_t seen;			/* last value read of the other side's index */
+	/*
+	 * Producer: bytes written past the tail (held back), and the count
+	 * last told to the other holders of the socket. Private mirrors of
+	 * what the tail and the end's shared count say, so that the data path
+	 * reads no line the consumer is polling.
+	 */
+	uint64_t held, held_told;
 	int streamed;			/* producer: streaming stores not yet fenced */
 };
 
@@ -147,16 +155,45 @@ static inline uint64_t shunt_ring_used_shared(const struct shunt_ring *ring)
 	return tail - atomic_load_explicit(&ring->ctl->head, memory_order_acquire);
 }
 
-/* Producer: make @len more bytes visible (release, pairs with shunt_ring_avail). */
-static inline void shunt_ring_publish(struct shunt_ring *ring, size_t len)
+/*
+ * Producer: order the streaming stores made so far before any later store,
+ * here and in whichever thread publishes them (release semantics do not).
+ */
+static inline void shunt_ring_fence(struct shunt_ring *ring)
 {
-	/* Streaming stores are not ordered by release semantics: fence them. */
 	if (ring->streamed) {
 		shunt_copy_fence();
 		ring->streamed = 0;
 	}
+}
+
+/* Producer: make @len more bytes visible (release, pairs with shunt_ring_avail). */
+static inline void shunt_ring_publish(struct shunt_ring *ring, size_t len)
+{
+	shunt_ring_fence(ring);
 	ring->pos += len;
 	atomic_store_explicit(&ring->ctl->tail, ring->pos, memory_order_release);
+}
+
+/*
+ * Producer: count @len bytes just put at the write position as written,
+ * without making them visible yet (held back, as by TCP_CORK).
+ */
+static inline void shunt_ring_hold(struct shunt_ring *ring, size_t len)
+{
+	ring->pos += len;
+	ring->held += len;
+}
+
+/*
+ * Producer: make every byte written visible but the last @keep (release,
+ * pairs with shunt_ring_avail).
+ */
+static inline void shunt_ring_publish_held(struct shunt_ring *ring, size_t keep)
+{
+	shunt_ring_fence(ring);
+	ring->held = keep;
+	atomic_store_explicit(&ring->ctl->tail, ring->pos - keep, memory_order_release);
 }
 
 /* Consumer: return @len bytes of credit (release, pairs with shunt_ring_space). */

@@ -113,6 +113,22 @@ void shuntd_circuit_destroy(struct shuntd *d, struct circuit *c)
 }
 
 /*
+ * Bytes the end held back (TCP_CORK, MSG_MORE) when its last holder died:
+ * the kernel sends them with the FIN, so they join the ring. A count the
+ * ring cannot hold (the peer can write it) is dropped.
+ */
+static void flush_held(struct circuit *c, unsigned end)
+{
+	struct shunt_ring_ctl *tx = &c->hdr->ring[shunt_tx_ring(end)];
+	uint32_t h = atomic_load(&c->hdr->end[end].corked);
+	uint64_t tail = atomic_load(&tx->tail), used = tail - atomic_load(&tx->head);
+
+	if (h && used <= c->ring_size && h <= c->ring_size - used)
+		atomic_store(&tx->tail, tail + h);
+	atomic_store(&c->hdr->end[end].corked, 0);
+}
+
+/*
  * What the kernel does to a socket whose last holder dies: a FIN, or a RST
  * when data it never read is left behind. Ring indices are only read for
  * that choice; a lie there changes nothing but this connection.
@@ -128,6 +144,8 @@ static void bury(struct circuit *c, unsigned end)
 	/* A reset is not a FIN: the peer's next read reports the error, not EOF. */
 	if (atomic_load(&rx->tail) != atomic_load(&rx->head))
 		st = SHUNT_END_CLOSED | SHUNT_END_RESET;
+	else
+		flush_held(c, end);
 	atomic_fetch_or(&c->hdr->end[end].state, st);
 }
 

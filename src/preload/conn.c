@@ -8,25 +8,55 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "common/circuit.h"
 #include "common/lock.h"
 #include "common/log.h"
+#include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/control.h"
+#include "preload/cork.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
 #include "preload/stats.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
-/*
- * Bytes moved between publishing indices: small enough that producer and
- * consumer work on different parts of the ring at the same time, large
- * enough that the index cache lines rarely move.
- */
-enum { CHUNK = 64 << 10 };
+enum {
+	/*
+	 * Bytes moved between publishing indices: small enough that producer
+	 * and consumer work on different parts of the ring at the same time,
+	 * large enough that the index cache lines rarely move.
+	 */
+	CHUNK = 64 << 10,
+	/*
+	 * A blocking send up to this size that fits the socket's share of the
+	 * ring waits until all of it fits, then goes in whole: tcp_sendmsg
+	 * appends small sends to a segment of up to 64 KiB without a pause,
+	 * so threads sending records on one socket never see them torn apart.
+	 */
+	WHOLE_MAX = 64 << 10,
+	/*
+	 * The kernel's receive window on loopback, which a sender whose
+	 * SO_SNDBUF is set can fill on top of its own buffer, unless the peer
+	 * set SO_RCVBUF (then half of that, the rest being overhead).
+	 */
+	RCV_SHARE = 64 << 10,
+	/* Never less, whatever the peer wrote: a share of 0 would stop us for good. */
+	SHARE_MIN = 4096,
+	/*
+	 * Held bytes (TCP_CORK, MSG_MORE) go out in full segments of
+	 * loopback's MSS, as tcp_push sends full segments and keeps the rest.
+	 */
+	CORK_SEGMENT = 65483,
+};
+
+/* The kernel's ceiling on holding bytes back (TCP_CORK, MSG_MORE): 200 ms. */
+#define CORK_DELAY_NS (200 * 1000 * 1000LL)
 
 /* A position in an iovec array. */
 struct iov_cursor {
@@ -104,6 +134,93 @@ static void cursor_init(struct iov_cursor *cur, const struct iovec *iov, int cnt
 	}
 }
 
+/*
+ * The holders' pids (shunt_circuit_end.pid): each process holding an end
+ * writes its own there, as it opens the connection or, after fork, in the
+ * child; a peer reads them to learn that every holder is gone at once,
+ * where shuntd would tell it a little later. Only pids of one pid
+ * namespace, ours, mean anything to us.
+ */
+static pthread_once_t pids_once = PTHREAD_ONCE_INIT;
+static uint64_t my_pidns;			/* set once */
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shunt_list all_conns = { &all_conns, &all_conns };	/* under all_lock */
+
+static bool pid_gone(uint32_t pid)
+{
+	return shunt_syscall(SYS_kill, (pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Write @pid into end @e's holders, as one of namespace my_pidns. */
+static void hold_pid(struct shunt_circuit_end *e, uint32_t pid)
+{
+	uint64_t ns = 0;
+	uint32_t v;
+
+	if (!my_pidns || (!atomic_compare_exchange_strong(&e->pidns, &ns, my_pidns) &&
+			  ns != my_pidns)) {
+		atomic_store(&e->pid_overflow, 1);
+		return;
+	}
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++)
+		if (atomic_load(&e->pid[i]) == pid)
+			return;
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		v = 0;
+		if (atomic_compare_exchange_strong(&e->pid[i], &v, pid))
+			return;
+	}
+	/* No free entry: take one whose process is gone (it died holding it). */
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		v = atomic_load(&e->pid[i]);
+		if (v && pid_gone(v) && atomic_compare_exchange_strong(&e->pid[i], &v, pid))
+			return;
+	}
+	atomic_store(&e->pid_overflow, 1);
+}
+
+static void drop_pid(struct shunt_circuit_end *e, uint32_t pid)
+{
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		uint32_t v = pid;
+
+		atomic_compare_exchange_strong(&e->pid[i], &v, 0);
+	}
+}
+
+static void all_fork_prepare(void)
+{
+	pthread_mutex_lock(&all_lock);
+}
+
+static void all_fork_parent(void)
+{
+	pthread_mutex_unlock(&all_lock);
+}
+
+/* The child holds every connection the parent held: it says so in each. */
+static void all_fork_child(void)
+{
+	struct shunt_list *n;
+
+	pthread_mutex_init(&all_lock, NULL);
+	shunt_list_for_each(n, &all_conns) {
+		struct shunt_conn *c = shunt_container_of(n, struct shunt_conn, all);
+
+		if (!c->let_go)
+			hold_pid(c->me, shunt_pid);
+	}
+}
+
+static void pids_init(void)
+{
+	struct stat st;
+
+	if (stat("/proc/self/ns/pid", &st) == 0)
+		my_pidns = (uint64_t)st.st_ino;
+	pthread_atfork(all_fork_prepare, all_fork_parent, all_fork_child);
+}
+
 struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 {
 	struct shunt_conn *c;
@@ -145,6 +262,11 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 	c->route = -1;
 	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
 	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
+	pthread_once(&pids_once, pids_init);
+	pthread_mutex_lock(&all_lock);
+	shunt_list_add_tail(&all_conns, &c->all);
+	hold_pid(c->me, shunt_pid);
+	pthread_mutex_unlock(&all_lock);
 	return c;
 }
 
@@ -293,6 +415,7 @@ static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_rin
 		     int producer, struct shunt_timer *t, bool nonblock)
 {
 	bool other;
+	uint32_t h;
 
 	while (!shunt_lock_try(w, shunt_pid, &other)) {
 		int64_t deadline = shunt_timer_deadline(t), soon = shunt_deadline(LOCK_PATIENCE_US);
@@ -306,8 +429,26 @@ static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_rin
 			return -EAGAIN;
 	}
 	/* Another process held it since we did: our copy of the index may be stale. */
-	if (other)
+	if (other && !producer) {
 		shunt_ring_resync(ring, producer);
+	} else if (other) {
+		/*
+		 * A producer writes past the tail by the bytes held back
+		 * (TCP_CORK). The count is shared memory: a count the ring
+		 * cannot hold is none, and the bytes are lost, as are bytes
+		 * the peer overwrote.
+		 */
+		ring->pos = atomic_load_explicit(&ring->ctl->tail, memory_order_relaxed);
+		ring->seen = atomic_load_explicit(&ring->ctl->head, memory_order_acquire);
+		h = atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+		if (ring->pos - ring->seen > c->ring_size ||
+		    h > c->ring_size - (ring->pos - ring->seen)) {
+			h = 0;
+			atomic_store_explicit(&c->me->corked, 0, memory_order_relaxed);
+		}
+		ring->pos += h;
+		ring->held = ring->held_told = h;
+	}
 	return 0;
 }
 
@@ -331,13 +472,117 @@ static void rx_unlock(struct shunt_conn *c)
 	shunt_unlock(&c->me->rx_lock, shunt_pid);
 }
 
+/*
+ * How much of the ring this end's bytes may fill: all of it, unless the
+ * program set SO_SNDBUF (which turns the kernel's buffer sizing off); then
+ * about what the kernel would hold for a loopback connection, its own
+ * buffer and the peer's receive window, so that a non-blocking writer
+ * stops as soon as the kernel's would. Both are read from shared memory:
+ * whatever they say, the share stays within SHARE_MIN and the ring.
+ */
+static size_t tx_share(struct shunt_conn *c)
+{
+	uint32_t snd = atomic_load_explicit(&c->me->sndbuf, memory_order_relaxed), rcv;
+	uint64_t share;
+
+	if (!snd)
+		return c->ring_size;
+	rcv = atomic_load_explicit(&c->peer->rcvbuf, memory_order_relaxed);
+	share = (uint64_t)snd + (rcv ? rcv / 2 : RCV_SHARE);
+	if (share < SHARE_MIN)
+		share = SHARE_MIN;
+	return share < c->ring_size ? (size_t)share : c->ring_size;
+}
+
+/* Bytes written and held back (TCP_CORK, MSG_MORE). Under the tx lock. */
+static size_t held(struct shunt_conn *c)
+{
+	return (size_t)c->tx.held;
+}
+
+/*
+ * Make all written bytes visible but the last @keep, and wake the reader.
+ * Under the tx lock.
+ */
+static void release_held(struct shunt_conn *c, size_t keep)
+{
+	if (held(c) > keep) {
+		shunt_ring_publish_held(&c->tx, keep);
+		wake_peer(c, SHUNT_WAKE_RX);
+	} else {
+		/* Held streaming stores are published by whoever pushes them: fence them here. */
+		shunt_ring_fence(&c->tx);
+	}
+	/*
+	 * Stores only on a change: the peer reads this block (the state) on
+	 * every call, and a write would take its cache line away each time.
+	 * The count last told is ours to know, the deadline 0 whenever it is.
+	 */
+	if (c->tx.held_told != keep) {
+		if (!keep)
+			atomic_store_explicit(&c->me->cork_deadline, 0, memory_order_relaxed);
+		atomic_store_explicit(&c->me->corked, (uint32_t)keep, memory_order_relaxed);
+		c->tx.held_told = keep;
+	}
+}
+
+/*
+ * After a send copied bytes: what tcp_push would send. Corked (TCP_CORK
+ * or MSG_MORE) only full segments go; the rest waits for more, for the
+ * cork to come off, or for the 200 ms the kernel holds it at most, which
+ * the cork timer (cork.c) keeps. Under the tx lock.
+ */
+static void push_after_send(struct shunt_conn *c, int flags)
+{
+	bool corked = (flags & MSG_MORE) ||
+		      (atomic_load_explicit(&c->me->opts, memory_order_relaxed) & SHUNT_OPT_CORK);
+	size_t keep = corked ? held(c) % CORK_SEGMENT : 0;
+
+	release_held(c, keep);
+	if (keep && !atomic_load_explicit(&c->me->cork_deadline, memory_order_relaxed)) {
+		int64_t at = shunt_now_ns() + CORK_DELAY_NS;
+
+		atomic_store_explicit(&c->me->cork_deadline, at, memory_order_relaxed);
+		shunt_cork_arm(c, at);
+	}
+}
+
+/*
+ * Room for new bytes in the share, less what is unread and held; the
+ * consumer's head is read again only when the last one seen leaves less
+ * than @want. -EPROTO if the head the peer published is impossible.
+ */
+static long tx_room(struct shunt_conn *c, size_t share, size_t want)
+{
+	size_t used = c->ring_size - shunt_ring_space_cached(&c->tx);
+
+	if (used >= share || share - used < want) {
+		long sp = shunt_ring_space(&c->tx);
+
+		if (sp < 0)
+			return sp;
+		used = c->ring_size - (size_t)sp;
+	}
+	return used < share ? (long)(share - used) : 0;
+}
+
+/* What a waiting sender needs: room for @need bytes, or any sign it cannot send. */
+struct tx_want {
+	struct shunt_conn *c;
+	size_t need;
+};
+
 /* Send readiness, for the wait loop: made without the lock, from shared indices. */
 static bool tx_ready(void *arg)
 {
-	struct shunt_conn *c = arg;
+	struct tx_want *w = arg;
+	struct shunt_conn *c = w->c;
 	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
+	uint64_t used = shunt_ring_used_shared(&c->tx) +
+			atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+	size_t share = tx_share(c), need = w->need < share ? w->need : share;
 
-	return shunt_ring_used_shared(&c->tx) != c->ring_size || peer_gone(ps) || is_dead(c) ||
+	return used > c->ring_size || used + need <= share || peer_gone(ps) || is_dead(c) ||
 	       error_pending(c) || (my_state(c) & (SHUNT_END_WR_SHUT | SHUNT_END_KERNEL));
 }
 
@@ -372,15 +617,25 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 	}
 	c->let_go = true;
 	shunt_notice_unbind(c);
+	shunt_cork_forget(c);
+	drop_pid(c->me, shunt_pid);
 	/*
 	 * Like the kernel's socket release, which only the last reference
 	 * triggers: held by this process alone (the count is shuntd's), we
 	 * publish at once; shared after fork, shuntd says who is last.
+	 * Bytes held back (TCP_CORK) go out first, before a FIN as with
+	 * tcp_send_fin, or now rather than from a timer this process no
+	 * longer runs for it; a reset discards them, as it purges the
+	 * kernel's send queue.
 	 */
 	if (atomic_load(&c->me->holders) <= 1) {
+		if (!abort && !unread(c))
+			shunt_conn_push(c);
 		publish_close(c, abort);
 		shunt_ctl_close(c->circuit, c->end, false);
 	} else {
+		if (!abort)
+			shunt_conn_push(c);
 		r = shunt_ctl_close(c->circuit, c->end, true);
 		/* Without shuntd's word, better a connection ended early than one never ended. */
 		if (r == SHUNT_LAST || r < 0)
@@ -392,6 +647,9 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 
 void shunt_conn_free(struct shunt_conn *c)
 {
+	pthread_mutex_lock(&all_lock);
+	shunt_list_del(&c->all);
+	pthread_mutex_unlock(&all_lock);
 	shunt_circuit_unmap(c->hdr, c->ring_size);
 	free(c);
 }
@@ -413,9 +671,31 @@ void shunt_conn_let_go(struct shunt_conn *c)
 		return;
 	c->let_go = true;
 	shunt_notice_unbind(c);
+	shunt_cork_forget(c);
+	drop_pid(c->me, shunt_pid);
 	shunt_ctl_close(c->circuit, c->end, false);
 	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
 	atomic_fetch_add(&shunt_stats.shm_rx_bytes, shunt_conn_rx_bytes(c));
+}
+
+/*
+ * Publish the bytes end @e of a circuit holds back, whoever wrote them,
+ * with its tx lock held. The count is shared memory: one the ring cannot
+ * hold is dropped. A holder's private write position stays right: it is
+ * the tail now.
+ */
+static void flush_held(struct shunt_circuit_hdr *hdr, uint32_t ring_size, unsigned e)
+{
+	struct shunt_circuit_end *end = &hdr->end[e];
+	struct shunt_ring_ctl *ctl = &hdr->ring[shunt_tx_ring(e)];
+	uint32_t h = atomic_load_explicit(&end->corked, memory_order_relaxed);
+	uint64_t tail = atomic_load_explicit(&ctl->tail, memory_order_relaxed);
+	uint64_t used = tail - atomic_load_explicit(&ctl->head, memory_order_acquire);
+
+	if (h && used <= ring_size && h <= ring_size - used)
+		atomic_store_explicit(&ctl->tail, tail + h, memory_order_release);
+	atomic_store_explicit(&end->corked, 0, memory_order_relaxed);
+	atomic_store_explicit(&end->cork_deadline, 0, memory_order_relaxed);
 }
 
 int shunt_conn_downgrade(struct shunt_conn *c, int fd)
@@ -438,8 +718,18 @@ int shunt_conn_downgrade(struct shunt_conn *c, int fd)
 			break;
 		}
 	}
-	if (r == 0)
+	if (r == 0) {
+		/*
+		 * shuntd moves what the rings hold up to their tails: bytes
+		 * either end holds back (TCP_CORK) join them first, as the
+		 * kernel socket would send them eventually anyway.
+		 */
+		shunt_ring_fence(&c->tx);
+		flush_held(c->hdr, c->ring_size, 0);
+		flush_held(c->hdr, c->ring_size, 1);
+		c->tx.held = c->tx.held_told = 0;
 		r = shunt_ctl_downgrade(c->circuit, fd);
+	}
 	while (held--)
 		shunt_unlock(locks[held], shunt_pid);
 	if (r < 0)
@@ -447,6 +737,49 @@ int shunt_conn_downgrade(struct shunt_conn *c, int fd)
 			   "handed to will not see its bytes", (unsigned long long)c->circuit,
 			   strerror(-r));
 	return r;
+}
+
+/*
+ * Whether every process holding the peer's end is gone: each wrote its pid
+ * (hold_pid), all in our pid namespace, none is alive and the peer is not
+ * known closed. shuntd learns it too, but only once it has run; the kernel
+ * closes a dead process's sockets before its parent can reap it, so a
+ * program that reaped the peer already sees the reset or FIN. A pid reused
+ * since counts as alive, and then shuntd tells us.
+ */
+static bool peer_vanished(struct shunt_conn *c)
+{
+	unsigned n = 0;
+
+	if (!my_pidns || atomic_load(&c->peer->pidns) != my_pidns ||
+	    atomic_load(&c->peer->pid_overflow) ||
+	    (atomic_load(&c->peer->state) & (SHUNT_END_CLOSED | SHUNT_END_KERNEL)) ||
+	    atomic_load(&c->peer->corked))
+		return false;
+	for (unsigned i = 0; i < SHUNT_ROUTES; i++) {
+		uint32_t pid = atomic_load(&c->peer->pid[i]);
+
+		if (!pid)
+			continue;
+		if (!pid_gone(pid))
+			return false;
+		n++;
+	}
+	return n > 0;
+}
+
+/*
+ * What shuntd does to the peer's end once its last holder is gone
+ * (daemon/circuit.c), done by us who found out first: a reset if it left
+ * bytes of ours unread, else a FIN. Our own watchers hear of it.
+ */
+static void bury_peer(struct shunt_conn *c)
+{
+	uint32_t st = shunt_ring_used_shared(&c->tx) ? SHUNT_END_CLOSED | SHUNT_END_RESET
+						   : SHUNT_END_CLOSED | SHUNT_END_WR_SHUT;
+
+	atomic_fetch_or_explicit(&c->peer->state, st, memory_order_release);
+	wake_self(c, SHUNT_WAKE_ALL);
 }
 
 /*
@@ -464,13 +797,16 @@ static int send_blocked(struct shunt_conn *c, size_t done, size_t left, ssize_t 
 		return -err;
 	if (is_dead(c) || (my_state(c) & SHUNT_END_WR_SHUT))
 		return -EPIPE;
-	if ((ps & SHUNT_END_CLOSED) ||
-	    (ps & (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) == (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) {
+	if (left && ((ps & SHUNT_END_CLOSED) ||
+		     ((ps & (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT)) ==
+		      (SHUNT_END_RD_SHUT | SHUNT_END_WR_SHUT) && tx_room(c, tx_share(c), 1) > 0))) {
 		/*
 		 * Data for a socket that is gone, or that shut down both ways
 		 * (FIN_WAIT with RCV_SHUTDOWN): the kernel sends it, the peer
 		 * answers with a reset, and only the next call fails: EPIPE,
-		 * since its FIN came first. A peer still open is reset too.
+		 * since its FIN came first. A peer still open is reset too,
+		 * once data reaches it: not while its window (our ring) is
+		 * full, nor for a send of nothing.
 		 */
 		make_dead(c, EPIPE);
 		publish_state(c, SHUNT_END_RESET);
@@ -480,12 +816,29 @@ static int send_blocked(struct shunt_conn *c, size_t done, size_t left, ssize_t 
 	return 0;
 }
 
+/*
+ * sendmsg with control data the kernel refuses (@err): tcp_sendmsg first
+ * wants a state that can send (else the pending error, or EPIPE), and only
+ * then fails with @err. Under the tx lock.
+ */
+static int refuse_cmsg(struct shunt_conn *c, int err)
+{
+	sync_peer(c);
+	if (is_dead(c) || (my_state(c) & SHUNT_END_WR_SHUT)) {
+		int e = take_error(c);
+
+		return e ? -e : -EPIPE;
+	}
+	return err;
+}
+
 ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
 			struct shunt_io *io)
 {
-	bool nonblock = io->nonblock || (flags & MSG_DONTWAIT);
+	bool nonblock = io->nonblock || (flags & MSG_DONTWAIT), whole;
 	ssize_t total = iov_total(iov, iovcnt), pretend = 0;
 	struct shunt_timer timer = { .timeout_us = io->timeout_us };
+	struct tx_want want = { .c = c };
 	struct iov_cursor cur;
 	size_t done = 0;
 	int r;
@@ -496,8 +849,15 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 	r = tx_lock(c, &timer, nonblock);
 	if (r)
 		return r;
+	if (io->cmsg_err) {
+		r = refuse_cmsg(c, io->cmsg_err);
+		tx_unlock(c);
+		return r;
+	}
+	whole = !nonblock && (size_t)total <= WHOLE_MAX;
 	for (;;) {
-		size_t space, n;
+		size_t share, left = (size_t)total - done, n;
+		long room;
 
 		/* Moved onto the kernel: the rest goes there (the caller sends it). */
 		if (my_state(c) & SHUNT_END_KERNEL) {
@@ -505,43 +865,60 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			r = 0;
 			break;
 		}
-		r = send_blocked(c, done, (size_t)total - done, &pretend);
+		r = send_blocked(c, done, left, &pretend);
 		if (r)
 			break;
-		space = shunt_ring_space_cached(&c->tx);
-		if (space < (size_t)total - done) {
-			long sp = shunt_ring_space(&c->tx);
-
-			if (sp < 0) {
-				broken(c);
-				continue;
-			}
-			space = (size_t)sp;
+		share = tx_share(c);
+		/* Larger than the whole share (a tiny SO_SNDBUF): it goes in pieces. */
+		if (left > share)
+			whole = false;
+		room = tx_room(c, share, left);
+		if (room < 0) {
+			broken(c);
+			continue;
 		}
-		n = space < (size_t)total - done ? space : (size_t)total - done;
+		n = (size_t)room < left ? (size_t)room : left;
 		if (n > CHUNK)
 			n = CHUNK;
+		if (whole && n < left)
+			n = 0;
 		if (n) {
 			copy_to_ring(&c->tx, &cur, n);
-			shunt_ring_publish(&c->tx, n);
-			wake_peer(c, SHUNT_WAKE_RX);
+			shunt_ring_hold(&c->tx, n);
 			done += n;
+			push_after_send(c, flags);
 		}
 		if (done == (size_t)total)
 			break;
 		if (n)
 			continue;	/* the next chunk may fit already */
 		/* Also when woken over and over without room: the time is up. */
-		if (nonblock || timed_out(&timer))
+		if (nonblock || timed_out(&timer)) {
+			/*
+			 * No room because the peer died with our bytes unread?
+			 * Then it is a reset, as with the kernel, not EAGAIN.
+			 */
+			if (!done && peer_vanished(c)) {
+				bury_peer(c);
+				continue;
+			}
+			/* Out of room after some bytes: tcp_sendmsg pushes them all. */
+			if (done)
+				release_held(c, 0);
 			break;
+		}
 		/*
-		 * Sleep without the lock, as the kernel's sk_stream_wait_memory
+		 * Out of room: what is held goes out first, as tcp_sendmsg
+		 * pushes before it sleeps, else the reader could never make
+		 * room. Then sleep without the lock, as sk_stream_wait_memory
 		 * releases the socket: other holders may send, time out or get
 		 * EAGAIN meanwhile. (So may their bytes come between ours, as
-		 * with the kernel, for a send too large to fit at once.)
+		 * with the kernel, for a send too large to go in whole.)
 		 */
+		release_held(c, 0);
 		tx_unlock(c);
-		r = shunt_wait_end(c->me, &c->me->tx_waiters, tx_ready, c,
+		want.need = whole ? left : 1;
+		r = shunt_wait_end(c->me, &c->me->tx_waiters, tx_ready, &want,
 				   shunt_timer_deadline(&timer));
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;
@@ -638,10 +1015,14 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (!total)
 			break;
 		if (avail && peek) {
-			/* Peeking never consumes: copy again from the head each time. */
+			/*
+			 * Peeking never consumes: copy again from the head each
+			 * time. With MSG_TRUNC nothing is copied, only counted.
+			 */
 			copied = (size_t)avail < (size_t)total ? (size_t)avail : (size_t)total;
 			cursor_init(&cur, iov, iovcnt);
-			copy_from_ring(&c->rx, 0, &cur, copied);
+			if (!discard)
+				copy_from_ring(&c->rx, 0, &cur, copied);
 			if (copied >= target)
 				break;
 		} else if (avail) {
@@ -697,6 +1078,8 @@ unlocked:
 
 int shunt_conn_shutdown(struct shunt_conn *c, int how)
 {
+	struct shunt_timer none = { 0 };
+
 	/* TCP_CLOSE (after a reset, or FINs both ways: the kernel's TIME_WAIT is elsewhere). */
 	if (shunt_conn_closed(c))
 		return -ENOTCONN;
@@ -707,10 +1090,65 @@ int shunt_conn_shutdown(struct shunt_conn *c, int how)
 	}
 	if ((how == SHUT_WR || how == SHUT_RDWR) &&
 	    !(my_state(c) & SHUNT_END_WR_SHUT)) {
+		/*
+		 * Under the tx lock, as the kernel's shutdown holds the socket:
+		 * no send is half-way through a copy, and what is held back
+		 * goes out before the FIN (tcp_send_fin). Without the lock
+		 * (a holder stopped in a copy) the FIN goes anyway.
+		 */
+		bool locked = tx_lock(c, &none, true) == 0;
+
+		if (locked && !(my_state(c) & SHUNT_END_KERNEL))
+			release_held(c, 0);
 		publish_state(c, SHUNT_END_WR_SHUT);
+		if (locked)
+			tx_unlock(c);
 		wake_self(c, SHUNT_WAKE_ALL);
 	}
 	return is_dead(c) ? -ENOTCONN : 0;
+}
+
+void shunt_conn_push(struct shunt_conn *c)
+{
+	struct shunt_timer none = { 0 };
+
+	if (!atomic_load_explicit(&c->me->corked, memory_order_relaxed) ||
+	    tx_lock(c, &none, true) != 0)
+		return;
+	if (!(my_state(c) & SHUNT_END_KERNEL))
+		release_held(c, 0);
+	tx_unlock(c);
+}
+
+int64_t shunt_conn_cork_expire(struct shunt_conn *c)
+{
+	struct shunt_timer none = { 0 };
+	int64_t at, now;
+
+	if (!atomic_load_explicit(&c->me->corked, memory_order_relaxed))
+		return 0;
+	/* A holder in the middle of a copy: come back soon. */
+	if (tx_lock(c, &none, true) != 0)
+		return shunt_now_ns() + CORK_DELAY_NS / 200;
+	at = atomic_load_explicit(&c->me->cork_deadline, memory_order_relaxed);
+	now = shunt_now_ns();
+	if (my_state(c) & SHUNT_END_KERNEL) {
+		at = 0;
+	} else if (!held(c)) {
+		at = 0;
+	} else if (!at || at <= now) {
+		release_held(c, 0);
+		at = 0;
+	}
+	tx_unlock(c);
+	return at;
+}
+
+void shunt_conn_bufs_changed(struct shunt_conn *c)
+{
+	/* Our share may have grown (SO_SNDBUF), or the peer's (SO_RCVBUF). */
+	wake_self(c, SHUNT_WAKE_TX);
+	wake_peer(c, SHUNT_WAKE_TX);
 }
 
 unsigned shunt_conn_poll(struct shunt_conn *c, int lowat)
@@ -733,8 +1171,12 @@ unsigned shunt_conn_poll(struct shunt_conn *c, int lowat)
 		mask |= POLLIN | POLLRDNORM | POLLRDHUP;
 	if (rcv_shut && snd_shut)
 		mask |= POLLHUP;
-	/* Writable with a third of the ring free, as sk_stream_is_writeable. */
-	if (snd_shut || out > c->ring_size || c->ring_size - out >= c->ring_size / 3)
+	size_t share = tx_share(c);
+
+	/* Held bytes are queued, not sent: they count, as in the kernel's wmem_queued. */
+	out += atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+	/* Writable with a third of the share free, as sk_stream_is_writeable. */
+	if (snd_shut || out > c->ring_size || (out <= share && share - out >= share / 3))
 		mask |= POLLOUT | POLLWRNORM;
 	if (error_pending(c))
 		mask |= POLLERR;
@@ -760,9 +1202,33 @@ size_t shunt_conn_outq(struct shunt_conn *c)
 
 	/* A reset purges the send queue. */
 	sync_peer(c);
-	if (is_dead(c))
+	if (is_dead(c) || n > c->ring_size)
 		return 0;
-	return n > c->ring_size ? 0 : (size_t)n;
+	/* Bytes held back are in the send queue too. */
+	n += atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+	return n > c->ring_size ? c->ring_size : (size_t)n;
+}
+
+size_t shunt_conn_unsent(struct shunt_conn *c)
+{
+	uint32_t n = atomic_load_explicit(&c->me->corked, memory_order_relaxed);
+
+	sync_peer(c);
+	return is_dead(c) || n > c->ring_size ? 0 : n;
+}
+
+size_t shunt_conn_inq_hint(struct shunt_conn *c)
+{
+	size_t n = shunt_conn_inq(c);
+	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
+
+	/* tcp_inq_hint: after the FIN, 1 rather than 0, so the reader reads on (and sees EOF). */
+	return n || !(ps & SHUNT_END_WR_SHUT) ? n : 1;
+}
+
+void shunt_conn_set_error(struct shunt_conn *c, int err)
+{
+	atomic_store(&c->me->sk_err, (uint32_t)err);
 }
 
 bool shunt_conn_closed(struct shunt_conn *c)

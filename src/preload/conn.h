@@ -14,6 +14,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "common/list.h"
 #include "common/ring.h"
 #include "common/wake.h"
 #include "shunt/proto.h"
@@ -50,6 +51,14 @@ struct shunt_conn {
 
 	struct shunt_ring tx;		/* under me->tx_lock */
 	struct shunt_ring rx;		/* under me->rx_lock */
+	/* Under the cork timer's lock (cork.c): its list of connections holding bytes back. */
+	struct shunt_conn *cork_next;
+	int64_t cork_at;		/* when to look at it next */
+	bool cork_listed;		/* on the list */
+	_Atomic bool cork_gone;		/* let go: never listed again */
+
+	struct shunt_list all;		/* under conn.c's lock: every connection of the process */
+
 	struct shunt_conn *retired_next;	/* the owning socket's list of shut connections */
 	bool let_go;			/* shunt_conn_shut ran: this process no longer holds it */
 	_Atomic bool kernel_lie;	/* its KERNEL bit was found false: ignored from now on */
@@ -80,17 +89,23 @@ void shunt_conn_free(struct shunt_conn *c);
 
 /* The socket's settings a data call needs. */
 struct shunt_io {
-	bool nonblock;			/* O_NONBLOCK of the descriptor, or MSG_DONTWAIT */
+	bool nonblock;			/* O_NONBLOCK of the descriptor, MSG_DONTWAIT, or
+					   a negative SO_SNDTIMEO / SO_RCVTIMEO */
 	int64_t timeout_us;		/* SO_SNDTIMEO / SO_RCVTIMEO, 0: none */
 	int lowat;			/* SO_RCVLOWAT, at least 1 */
+	int cmsg_err;			/* send: -errno the kernel finds in the control
+					   data (cmsg.c), reported once the state allows */
 	bool moved;			/* out: the kernel carries the connection now; the call
 					   returned what it moved so far (maybe 0) */
 };
 
 /*
  * Send or receive with the socket-call semantics of send(2)/recv(2): flags
- * MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL, MSG_TRUNC (discard), MSG_OOB.
- * Return bytes, or -errno (-EPIPE means the caller may owe a SIGPIPE).
+ * MSG_DONTWAIT, MSG_MORE, MSG_PEEK, MSG_WAITALL, MSG_TRUNC (discard, or
+ * with MSG_PEEK count without copying), MSG_OOB. A blocking send of up to
+ * 64 KiB that fits the socket's share of the ring goes in whole, never
+ * interleaved with another holder's. Return bytes, or -errno (-EPIPE
+ * means the caller may owe a SIGPIPE).
  */
 ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcnt, int flags,
 			struct shunt_io *io);
@@ -146,9 +161,35 @@ bool shunt_conn_fin_received(struct shunt_conn *c);
 /* SO_ERROR: the pending error (cleared), or 0. */
 int shunt_conn_take_error(struct shunt_conn *c);
 
-/* FIONREAD and SIOCOUTQ: bytes we have not read; bytes the peer has not. */
+/*
+ * FIONREAD and SIOCOUTQ: bytes we have not read; bytes the peer has not
+ * (held ones included). SIOCOUTQNSD: bytes held back, not yet sent.
+ */
 size_t shunt_conn_inq(struct shunt_conn *c);
 size_t shunt_conn_outq(struct shunt_conn *c);
+size_t shunt_conn_unsent(struct shunt_conn *c);
+
+/* TCP_INQ's count after a receive: unread bytes, or 1 at EOF (tcp_inq_hint). */
+size_t shunt_conn_inq_hint(struct shunt_conn *c);
+
+/* Make @err the pending error (recvmmsg keeps one that came after data). */
+void shunt_conn_set_error(struct shunt_conn *c, int err);
+
+/*
+ * Send what is held back (TCP_CORK, MSG_MORE) now: the cork came off, or
+ * TCP_NODELAY was set. Takes the tx lock.
+ */
+void shunt_conn_push(struct shunt_conn *c);
+
+/*
+ * For the cork timer: send what is held back if its 200 ms are up. Returns
+ * when to look again (CLOCK_MONOTONIC ns), or 0 when nothing is held.
+ * Takes the tx lock.
+ */
+int64_t shunt_conn_cork_expire(struct shunt_conn *c);
+
+/* SO_SNDBUF or SO_RCVBUF changed: senders waiting for room look again. */
+void shunt_conn_bufs_changed(struct shunt_conn *c);
 
 /* Bytes sent and received so far (our own ring positions). */
 uint64_t shunt_conn_tx_bytes(struct shunt_conn *c);

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -219,14 +220,62 @@ SHUNT_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	return shunt_ret(r, saved);
 }
 
+/*
+ * do_recvmmsg on a circuit socket: a pending error first; then one recvmsg
+ * per entry (on a stream, each a piece of it; at EOF every entry gets 0);
+ * the timeout, if any, is looked at only between messages, and what is
+ * left of it is written back; an error after some messages waits for the
+ * next call, unless it is EAGAIN.
+ */
+static int stream_recvmmsg(struct shunt_sock *s, int fd, struct mmsghdr *vec, unsigned int n,
+			   int flags, struct timespec *timeout)
+{
+	int64_t end = 0, left;
+	ssize_t r = shunt_op_pending_error(s);
+	unsigned int i;
+
+	if (timeout) {
+		/* poll_select_set_timeout: a valid timespec, {0, 0} meaning "one, then stop" */
+		if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L)
+			return -EINVAL;
+		if (timeout->tv_sec || timeout->tv_nsec)
+			end = shunt_now_ns() +
+			      (timeout->tv_sec >= INT64_MAX / 2000000000LL ? INT64_MAX / 2
+				: timeout->tv_sec * 1000000000LL + timeout->tv_nsec);
+	}
+	if (r < 0)
+		return (int)r;
+	for (i = 0; i < n; i++) {
+		r = shunt_op_recvmsg(s, fd, &vec[i].msg_hdr, flags & ~MSG_WAITFORONE);
+		if (r < 0)
+			break;
+		vec[i].msg_len = (unsigned int)r;
+		if (flags & MSG_WAITFORONE)
+			flags |= MSG_DONTWAIT;
+		if (timeout) {
+			left = end ? end - shunt_now_ns() : 0;
+			if (left <= 0) {
+				*timeout = (struct timespec){ 0, 0 };
+				i++;
+				break;
+			}
+			timeout->tv_sec = left / 1000000000;
+			timeout->tv_nsec = left % 1000000000;
+		}
+	}
+	if (r >= 0 || !i)
+		return i ? (int)i : (int)r;
+	if (r != -EAGAIN)
+		shunt_op_keep_error(s, (int)-r);
+	return (int)i;
+}
+
 SHUNT_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags,
 			  struct timespec *timeout)
 {
 	struct shunt_sock *s = stream_of(fd);
-	int64_t end = 0;
 	int saved = errno;
-	ssize_t r = 0;
-	unsigned int i;
+	ssize_t r;
 
 	if (!s) {
 		int got = shunt_libc.recvmmsg(fd, vec, n, flags, timeout);
@@ -240,25 +289,11 @@ SHUNT_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 			errno = saved;
 		return got;
 	}
-	if (timeout)
-		end = shunt_now_ns() + timeout->tv_sec * 1000000000LL + timeout->tv_nsec;
 	if (n > IOV_MAX)
 		n = IOV_MAX;
-	for (i = 0; i < n; i++) {
-		r = shunt_op_recvmsg(s, fd, &vec[i].msg_hdr, flags & ~MSG_WAITFORONE);
-		if (r < 0)
-			break;
-		vec[i].msg_len = (unsigned int)r;
-		if (flags & MSG_WAITFORONE)
-			flags |= MSG_DONTWAIT;
-		/* Like the kernel, the timeout is only looked at between messages. */
-		if (r == 0 || (timeout && shunt_now_ns() >= end)) {
-			i++;
-			break;
-		}
-	}
+	r = stream_recvmmsg(s, fd, vec, n, flags, timeout);
 	shunt_sock_put(s);
-	return (int)shunt_ret(i ? (ssize_t)i : r, saved);
+	return (int)shunt_ret(r, saved);
 }
 
 SHUNT_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)

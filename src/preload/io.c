@@ -11,12 +11,14 @@
 #include <stdlib.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <netinet/tcp.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/sys.h"
+#include "preload/cmsg.h"
 #include "preload/conn.h"
 #include "preload/epoll.h"
 #include "preload/libc.h"
@@ -127,6 +129,13 @@ static bool opt_nonblock(struct shunt_sock *s, int fd)
 	return v;
 }
 
+/*
+ * A timeout: 0 none, > 0 microseconds, < 0 "never wait" (a negative
+ * SO_*TIMEO). The kernel reads "never wait" back as {0, 0}, like "none":
+ * a copy saying "never wait" where the kernel says {0, 0} is taken as it
+ * is. A peer that wrote it there makes calls on its own connection fail
+ * with EAGAIN, no worse than the reset it could send instead.
+ */
 static int64_t opt_timeo(struct shunt_sock *s, int fd, bool rcv)
 {
 	_Atomic int64_t *known = rcv ? &s->rcvtimeo_us : &s->sndtimeo_us;
@@ -140,8 +149,11 @@ static int64_t opt_timeo(struct shunt_sock *s, int fd, bool rcv)
 				  &len) < 0)
 		return atomic_load(known);
 	/* Saturated: a deadline that far away is none (shunt_deadline). */
-	v = tv.tv_sec < 0 ? 0 : tv.tv_sec >= INT64_MAX / 1000000 ? INT64_MAX
-		: (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+	if (tv.tv_sec == 0 && tv.tv_usec == 0)
+		v = v < 0 ? -1 : 0;
+	else
+		v = tv.tv_sec < 0 ? 0 : tv.tv_sec >= INT64_MAX / 1000000 ? INT64_MAX
+			: (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 	atomic_store(known, v);
 	return v;
 }
@@ -160,12 +172,17 @@ static int opt_rcvlowat(struct shunt_sock *s, int fd)
 	return v;
 }
 
-ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
+/* A send, and the verdict on its control data (sendmsg) to give once the state allows. */
+static ssize_t send_iov(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt,
+			int flags, int cmsg_err)
 {
+	int64_t timeo = opt_timeo(s, fd, false);
 	struct shunt_io io = {
-		.nonblock = (flags & MSG_DONTWAIT) || opt_nonblock(s, fd),
-		.timeout_us = opt_timeo(s, fd, false),
+		/* A negative SO_SNDTIMEO: the kernel's timeout of 0, which never waits. */
+		.nonblock = (flags & MSG_DONTWAIT) || timeo < 0 || opt_nonblock(s, fd),
+		.timeout_us = timeo > 0 ? timeo : 0,
 		.lowat = 1,
+		.cmsg_err = cmsg_err,
 	};
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
 	struct shunt_conn *c = s->conn;
@@ -189,11 +206,18 @@ ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int
 	return r;
 }
 
+ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
+{
+	return send_iov(s, fd, iov, iovcnt, flags, 0);
+}
+
 ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt, int flags)
 {
+	int64_t timeo = opt_timeo(s, fd, true);
 	struct shunt_io io = {
-		.nonblock = (flags & MSG_DONTWAIT) || opt_nonblock(s, fd),
-		.timeout_us = opt_timeo(s, fd, true),
+		/* A negative SO_RCVTIMEO: the kernel's timeout of 0, which never waits. */
+		.nonblock = (flags & MSG_DONTWAIT) || timeo < 0 || opt_nonblock(s, fd),
+		.timeout_us = timeo > 0 ? timeo : 0,
 		.lowat = opt_rcvlowat(s, fd),
 	};
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
@@ -213,10 +237,20 @@ ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int
 
 ssize_t shunt_op_sendmsg(struct shunt_sock *s, int fd, const struct msghdr *msg, int flags)
 {
+	int r;
+
 	if (!msg || msg->msg_iovlen > IOV_MAX)
 		return msg ? -EMSGSIZE : -EFAULT;
-	/* A connected stream socket ignores the destination and our control data. */
-	return shunt_op_send(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	r = shunt_cmsg_send_buffer(msg);
+	if (r)
+		return r;
+	/*
+	 * A connected stream socket ignores the destination; of the control
+	 * data it checks the SOL_SOCKET messages, whose values change nothing
+	 * on a circuit.
+	 */
+	return send_iov(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags,
+			msg->msg_controllen ? shunt_cmsg_send_check(fd, msg) : 0);
 }
 
 ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int flags)
@@ -227,12 +261,34 @@ ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int f
 		return msg ? -EMSGSIZE : -EFAULT;
 	r = shunt_op_recv(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 	if (r >= 0) {
-		/* What tcp_recvmsg leaves in them: no address, no control data. */
+		size_t used = 0;
+
+		/* What tcp_recvmsg leaves in them: no address, control data as asked for. */
 		msg->msg_namelen = 0;
-		msg->msg_controllen = 0;
 		msg->msg_flags = flags & MSG_CMSG_CLOEXEC;
+		/* TCP_INQ: the bytes left to read after this call (TCP_CM_INQ). */
+		if ((shunt_sock_opt_flags(s) & SHUNT_OPT_INQ) &&
+		    shunt_sock_state(s) == SHUNT_SOCK_CONNECTED) {
+			int inq = (int)shunt_conn_inq_hint(s->conn);
+
+			shunt_cmsg_put(msg, &used, SOL_TCP, TCP_CM_INQ, &inq, sizeof(inq));
+		}
+		msg->msg_controllen = used;
 	}
 	return r;
+}
+
+int shunt_op_pending_error(struct shunt_sock *s)
+{
+	if (shunt_sock_state(s) != SHUNT_SOCK_CONNECTED)
+		return 0;
+	return -shunt_conn_take_error(s->conn);
+}
+
+void shunt_op_keep_error(struct shunt_sock *s, int err)
+{
+	if (shunt_sock_state(s) == SHUNT_SOCK_CONNECTED)
+		shunt_conn_set_error(s->conn, err);
 }
 
 enum { BOUNCE_SIZE = 1 << 16 };

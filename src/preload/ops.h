@@ -72,6 +72,13 @@ ssize_t shunt_op_splice(struct shunt_sock *in, int fd_in, loff_t *off_in, struct
 			int fd_out, loff_t *off_out, size_t len, unsigned int flags);
 /* Whether a socket in this state carries its bytes in a circuit. */
 bool shunt_op_streams(struct shunt_sock *s);
+/*
+ * recvmmsg: the pending error of a circuit socket (cleared), -errno or 0,
+ * as sock_error before the first message; and an error that came after
+ * some messages, kept for the next call (@err > 0).
+ */
+int shunt_op_pending_error(struct shunt_sock *s);
+void shunt_op_keep_error(struct shunt_sock *s, int err);
 
 /* opts.c: options, fcntl, ioctl */
 int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const void *val,

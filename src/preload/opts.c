@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <linux/sockios.h>
+#include <linux/time_types.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/ioctl.h>
@@ -22,15 +23,48 @@
 #include "preload/sock.h"
 #include "preload/tcpinfo.h"
 
-static int64_t timeout_us(int fd, int name)
+/*
+ * The timeout SO_RCVTIMEO or SO_SNDTIMEO (@name, either spelling) was just
+ * set to from @val: -1 for a negative one, which the kernel stores as "do
+ * not wait" and reads back as {0, 0}, just like "no timeout"; otherwise
+ * what the kernel reads back, since it rounds the value it was given.
+ */
+static int64_t timeout_us(int fd, int name, const void *val)
 {
+	bool rcv = name == SO_RCVTIMEO_OLD || name == SO_RCVTIMEO_NEW;
 	struct timeval tv;
 	socklen_t len = sizeof(tv);
+	int64_t sec;
 
-	/* Read back what the kernel stored: it normalises the value it was given. */
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, name, &tv, &len) < 0)
+	/* The kernel accepted it, so it was long enough for its kind. */
+	if (name == SO_RCVTIMEO_NEW || name == SO_SNDTIMEO_NEW) {
+		struct __kernel_sock_timeval k;
+
+		memcpy(&k, val, sizeof(k));
+		sec = k.tv_sec;
+	} else {
+		struct { long tv_sec, tv_usec; } k;	/* __kernel_old_timeval */
+
+		memcpy(&k, val, sizeof(k));
+		sec = k.tv_sec;
+	}
+	if (sec < 0)
+		return -1;
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, rcv ? SO_RCVTIMEO_OLD : SO_SNDTIMEO_OLD, &tv,
+				  &len) < 0)
 		return 0;
 	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* A buffer size as the kernel stored it (doubled, clamped): what sizes a circuit's share. */
+static uint32_t buf_size(int fd, int name)
+{
+	int v = 0;
+	socklen_t len = sizeof(v);
+
+	if (shunt_libc.getsockopt(fd, SOL_SOCKET, name, &v, &len) < 0 || v <= 0)
+		return 0;
+	return (uint32_t)v;
 }
 
 /*
@@ -53,14 +87,14 @@ bool shunt_sock_opt_nonblock(struct shunt_sock *s)
 		 : atomic_load(&s->nonblock);
 }
 
-/* Timeouts read from shared memory: a negative one (a lie) is none. */
+/* Timeouts: any negative value is "never wait" (io.c checks a changed one with the kernel). */
 int64_t shunt_sock_opt_rcvtimeo(struct shunt_sock *s)
 {
 	struct shunt_circuit_end *e = opts_end(s);
 	int64_t v = e ? atomic_load_explicit(&e->rcvtimeo_us, memory_order_relaxed)
 		      : atomic_load(&s->rcvtimeo_us);
 
-	return v > 0 ? v : 0;
+	return v < 0 ? -1 : v;
 }
 
 int64_t shunt_sock_opt_sndtimeo(struct shunt_sock *s)
@@ -69,7 +103,7 @@ int64_t shunt_sock_opt_sndtimeo(struct shunt_sock *s)
 	int64_t v = e ? atomic_load_explicit(&e->sndtimeo_us, memory_order_relaxed)
 		      : atomic_load(&s->sndtimeo_us);
 
-	return v > 0 ? v : 0;
+	return v < 0 ? -1 : v;
 }
 
 int shunt_sock_opt_rcvlowat(struct shunt_sock *s)
@@ -88,6 +122,27 @@ bool shunt_sock_opt_linger_abort(struct shunt_sock *s)
 	return e ? atomic_load(&e->linger_abort) != 0 : atomic_load(&s->linger_abort);
 }
 
+uint32_t shunt_sock_opt_sndbuf(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	return e ? atomic_load_explicit(&e->sndbuf, memory_order_relaxed) : atomic_load(&s->sndbuf);
+}
+
+uint32_t shunt_sock_opt_rcvbuf(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	return e ? atomic_load_explicit(&e->rcvbuf, memory_order_relaxed) : atomic_load(&s->rcvbuf);
+}
+
+uint32_t shunt_sock_opt_flags(struct shunt_sock *s)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	return e ? atomic_load_explicit(&e->opts, memory_order_relaxed) : atomic_load(&s->opts);
+}
+
 void shunt_sock_opts_to_circuit(struct shunt_sock *s)
 {
 	struct shunt_circuit_end *e = opts_end(s);
@@ -99,6 +154,9 @@ void shunt_sock_opts_to_circuit(struct shunt_sock *s)
 	atomic_store(&e->sndtimeo_us, atomic_load(&s->sndtimeo_us));
 	atomic_store(&e->rcvlowat, (uint32_t)atomic_load(&s->rcvlowat));
 	atomic_store(&e->linger_abort, atomic_load(&s->linger_abort));
+	atomic_store(&e->sndbuf, atomic_load(&s->sndbuf));
+	atomic_store(&e->rcvbuf, atomic_load(&s->rcvbuf));
+	atomic_store(&e->opts, atomic_load(&s->opts));
 }
 
 /* Set an option's value here and, when there is one, in the circuit. */
@@ -139,6 +197,82 @@ static void set_linger_abort(struct shunt_sock *s, bool v)
 }
 
 /*
+ * A buffer size changed: the circuit's share for this socket's bytes and
+ * for the peer's changes with it, and a sender waiting for room may have
+ * it now (the kernel's sk_write_space on SO_SNDBUF).
+ */
+static void set_buf(struct shunt_sock *s, bool snd, uint32_t v)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	atomic_store(snd ? &s->sndbuf : &s->rcvbuf, v);
+	if (e) {
+		atomic_store(snd ? &e->sndbuf : &e->rcvbuf, v);
+		if (shunt_sock_state(s) == SHUNT_SOCK_CONNECTED)
+			shunt_conn_bufs_changed(s->conn);
+	}
+}
+
+static void set_flag(struct shunt_sock *s, uint32_t flag, bool on)
+{
+	struct shunt_circuit_end *e = opts_end(s);
+
+	if (on)
+		atomic_fetch_or(&s->opts, flag);
+	else
+		atomic_fetch_and(&s->opts, ~flag);
+	if (e) {
+		if (on)
+			atomic_fetch_or(&e->opts, flag);
+		else
+			atomic_fetch_and(&e->opts, ~flag);
+	}
+}
+
+/* Bytes held back by TCP_CORK or MSG_MORE go out now (tcp_push_pending_frames). */
+static void push_held(struct shunt_sock *s)
+{
+	if (shunt_sock_state(s) == SHUNT_SOCK_CONNECTED)
+		shunt_conn_push(s->conn);
+}
+
+/* What a TCP option reads back as, or -1. */
+static int tcp_opt(int fd, int name)
+{
+	int v = -1;
+	socklen_t len = sizeof(v);
+
+	if (shunt_libc.getsockopt(fd, IPPROTO_TCP, name, &v, &len) < 0)
+		return -1;
+	return v;
+}
+
+/* The TCP options that change how bytes move, once the kernel half took them. */
+static void set_tcp(struct shunt_sock *s, int fd, int name, const void *val)
+{
+	int v;
+
+	switch (name) {
+	case TCP_CORK:
+		v = tcp_opt(fd, TCP_CORK);
+		set_flag(s, SHUNT_OPT_CORK, v > 0);
+		/* Uncorking sends what was held, as tcp_sock_set_cork does. */
+		if (v == 0)
+			push_held(s);
+		break;
+	case TCP_NODELAY:
+		/* Turning Nagle off pushes what is pending, even while corked. */
+		memcpy(&v, val, sizeof(v));
+		if (v)
+			push_held(s);
+		break;
+	case TCP_INQ:
+		set_flag(s, SHUNT_OPT_INQ, tcp_opt(fd, TCP_INQ) > 0);
+		break;
+	}
+}
+
+/*
  * Options an accepted socket inherits from its listener (the kernel clones
  * the listening sock). A shunt socket accepted from a circuit is a new
  * kernel socket, so the library copies those the listener had set.
@@ -152,7 +286,7 @@ static const struct {
 	{ SOL_SOCKET, SO_REUSEADDR }, { SOL_SOCKET, SO_MARK },
 	{ IPPROTO_TCP, TCP_NODELAY }, { IPPROTO_TCP, TCP_KEEPIDLE }, { IPPROTO_TCP, TCP_KEEPINTVL },
 	{ IPPROTO_TCP, TCP_KEEPCNT }, { IPPROTO_TCP, TCP_USER_TIMEOUT }, { IPPROTO_TCP, TCP_CORK },
-	{ IPPROTO_TCP, TCP_CONGESTION },
+	{ IPPROTO_TCP, TCP_CONGESTION }, { IPPROTO_TCP, TCP_INQ },
 	{ IPPROTO_IP, IP_TOS }, { IPPROTO_IP, IP_TTL },
 	{ IPPROTO_IPV6, IPV6_TCLASS }, { IPPROTO_IPV6, IPV6_UNICAST_HOPS },
 };
@@ -190,6 +324,9 @@ void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to,
 	atomic_store(&to->sndtimeo_us, atomic_load(&from->sndtimeo_us));
 	atomic_store(&to->linger_abort, atomic_load(&from->linger_abort));
 	atomic_store(&to->rcvlowat, atomic_load(&from->rcvlowat));
+	atomic_store(&to->sndbuf, atomic_load(&from->sndbuf));
+	atomic_store(&to->rcvbuf, atomic_load(&from->rcvbuf));
+	atomic_store(&to->opts, atomic_load(&from->opts));
 }
 
 int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const void *val,
@@ -205,16 +342,26 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	/* shuntd defers circuits as the kernel defers connections: it reads the value anew. */
 	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT)
 		shunt_sock_listener_refresh(s, fd);
+	if (level == IPPROTO_TCP)
+		set_tcp(s, fd, name, val);
 	if (level != SOL_SOCKET)
 		return 0;
 	switch (name) {
 	case SO_RCVTIMEO_OLD:
 	case SO_RCVTIMEO_NEW:
-		set_timeo(s, true, timeout_us(fd, SO_RCVTIMEO_OLD));
+		set_timeo(s, true, timeout_us(fd, name, val));
 		break;
 	case SO_SNDTIMEO_OLD:
 	case SO_SNDTIMEO_NEW:
-		set_timeo(s, false, timeout_us(fd, SO_SNDTIMEO_OLD));
+		set_timeo(s, false, timeout_us(fd, name, val));
+		break;
+	case SO_SNDBUF:
+	case SO_SNDBUFFORCE:
+		set_buf(s, true, buf_size(fd, SO_SNDBUF));
+		break;
+	case SO_RCVBUF:
+	case SO_RCVBUFFORCE:
+		set_buf(s, false, buf_size(fd, SO_RCVBUF));
 		break;
 	case SO_RCVLOWAT: {
 		int v = 1;
@@ -320,7 +467,7 @@ int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg)
 			v = (int)shunt_conn_outq(s->conn);
 			break;
 		case SIOCOUTQNSD:
-			v = 0;		/* nothing waits to be sent: it is in the ring */
+			v = (int)shunt_conn_unsent(s->conn);	/* held back by TCP_CORK */
 			break;
 		case SIOCATMARK:
 			v = 0;

@@ -44,6 +44,9 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	atomic_store(&s->sndtimeo_us, 0);
 	atomic_store(&s->rcvlowat, 1);
 	atomic_store(&s->linger_abort, false);
+	atomic_store(&s->sndbuf, 0);
+	atomic_store(&s->rcvbuf, 0);
+	atomic_store(&s->opts, 0);
 	atomic_store(&s->so_error, 0);
 	s->connect_report = SHUNT_CONNECT_NONE;
 	s->listener = 0;

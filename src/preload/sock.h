@@ -45,10 +45,13 @@ struct shunt_sock {
 	 * read them with the shunt_sock_opt_* accessors.
 	 */
 	_Atomic bool nonblock;		/* O_NONBLOCK of the open file description */
-	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0 = none */
-	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0 = none */
+	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0 = none, < 0 = never wait */
+	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0 = none, < 0 = never wait */
 	_Atomic int rcvlowat;		/* SO_RCVLOWAT as the kernel stored it */
 	_Atomic bool linger_abort;	/* SO_LINGER {1, 0}: close() resets */
+	_Atomic uint32_t sndbuf;	/* SO_SNDBUF as read back once set, 0 = never set */
+	_Atomic uint32_t rcvbuf;	/* SO_RCVBUF likewise */
+	_Atomic uint32_t opts;		/* TCP_CORK, TCP_INQ: enum shunt_end_opts */
 	_Atomic int so_error;		/* pending error of a failed circuit connect */
 	int connect_report;		/* enum shunt_connect_report, under lock */
 	uint64_t listener;		/* id at shuntd, 0 if not registered; under lock */
@@ -113,6 +116,14 @@ int64_t shunt_sock_opt_rcvtimeo(struct shunt_sock *s);
 int64_t shunt_sock_opt_sndtimeo(struct shunt_sock *s);
 int shunt_sock_opt_rcvlowat(struct shunt_sock *s);
 bool shunt_sock_opt_linger_abort(struct shunt_sock *s);
+
+/*
+ * SO_SNDBUF and SO_RCVBUF as set on the socket (0: never set, the kernel
+ * sizes the buffer itself), and the enum shunt_end_opts bits.
+ */
+uint32_t shunt_sock_opt_sndbuf(struct shunt_sock *s);
+uint32_t shunt_sock_opt_rcvbuf(struct shunt_sock *s);
+uint32_t shunt_sock_opt_flags(struct shunt_sock *s);
 
 /* A circuit was just attached to @s: it takes the socket's options (under lock). */
 void shunt_sock_opts_to_circuit(struct shunt_sock *s);
