@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 
 #include "common/sys.h"
+#include "preload/fault.h"
 #include "preload/init.h"
 
 SHUNT_EXPORT long syscall(long nr, ...)
@@ -25,6 +26,11 @@ SHUNT_EXPORT long syscall(long nr, ...)
 	va_end(ap);
 	shunt_ensure_init();
 	switch (nr) {
+	case SYS_rt_sigaction:
+		/* The program's SIGSEGV and SIGBUS are kept by the library (fault.c). */
+		if (shunt_fault_sig((int)a[0]))
+			return shunt_fault_rt_sigaction(a[0], a[1], a[2], a[3]);
+		break;
 	default:
 		break;
 	}
