@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "preload/conn.h"
 #include "preload/control.h"
+#include "preload/fault.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
 #include "preload/stats.h"
@@ -55,28 +56,43 @@ static void cursor_advance(struct iov_cursor *cur, size_t n)
 	}
 }
 
-static void copy_to_ring(struct shunt_ring *r, struct iov_cursor *cur, size_t len)
+/*
+ * Copy @len bytes from the program's buffers at @cur into the ring past our
+ * tail. 0, or -EFAULT when a buffer could not be read: then none of the
+ * @len bytes counts, as tcp_sendmsg counts none of a chunk whose copy
+ * faulted.
+ */
+static int copy_to_ring(struct shunt_ring *r, struct iov_cursor *cur, size_t len)
 {
 	for (size_t done = 0, n; done < len; done += n) {
 		char *at;
 
 		n = cursor_take(cur, len - done, &at);
-		shunt_ring_put(r, done, at, n);
+		if (shunt_ring_put_by(r, done, at, n, shunt_ucopy, shunt_ucopy_nt))
+			return -EFAULT;
 		cursor_advance(cur, n);
 	}
+	return 0;
 }
 
-/* Copy @len bytes at @ring_off past our head into the iovecs, from @cur. */
-static void copy_from_ring(struct shunt_ring *r, size_t ring_off, struct iov_cursor *cur,
-			   size_t len)
+/*
+ * Copy @len bytes at @ring_off past our head into the program's buffers,
+ * from @cur. 0, or -EFAULT when a buffer could not be written: then none of
+ * the @len bytes counts (the caller consumes nothing of them), as
+ * tcp_recvmsg counts none of an skb whose copy faulted.
+ */
+static int copy_from_ring(struct shunt_ring *r, size_t ring_off, struct iov_cursor *cur,
+			  size_t len)
 {
 	for (size_t done = 0, n; done < len; done += n) {
 		char *at;
 
 		n = cursor_take(cur, len - done, &at);
-		shunt_ring_get(r, ring_off + done, at, n);
+		if (shunt_ring_get_by(r, ring_off + done, at, n, shunt_ucopy))
+			return -EFAULT;
 		cursor_advance(cur, n);
 	}
+	return 0;
 }
 
 /* Total length of an iovec array, or -EINVAL past SSIZE_MAX. */
@@ -522,7 +538,10 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (n > CHUNK)
 			n = CHUNK;
 		if (n) {
-			copy_to_ring(&c->tx, &cur, n);
+			/* A buffer it cannot read: what went before is sent, this chunk is not. */
+			r = copy_to_ring(&c->tx, &cur, n);
+			if (r)
+				break;
 			shunt_ring_publish(&c->tx, n);
 			wake_peer(c, SHUNT_WAKE_RX);
 			done += n;
@@ -641,7 +660,11 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			/* Peeking never consumes: copy again from the head each time. */
 			copied = (size_t)avail < (size_t)total ? (size_t)avail : (size_t)total;
 			cursor_init(&cur, iov, iovcnt);
-			copy_from_ring(&c->rx, 0, &cur, copied);
+			r = copy_from_ring(&c->rx, 0, &cur, copied);
+			if (r) {
+				copied = 0;
+				break;
+			}
 			if (copied >= target)
 				break;
 		} else if (avail) {
@@ -651,8 +674,11 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 				n = (size_t)avail;
 			if (n > CHUNK)
 				n = CHUNK;
-			if (!discard)
-				copy_from_ring(&c->rx, 0, &cur, n);
+			/* A buffer it cannot write: bytes copied before are returned, these stay. */
+			if (!discard && copy_from_ring(&c->rx, 0, &cur, n)) {
+				r = copied ? 0 : -EFAULT;
+				break;
+			}
 			shunt_ring_consume(&c->rx, n);
 			credit_returned(c);
 			copied += n;
