@@ -266,6 +266,7 @@ static int take_error(struct shunt_conn *c)
 	case EPIPE:
 	case ECONNREFUSED:
 	case ETIMEDOUT:
+	case EFAULT:		/* left by recvmmsg (shunt_conn_set_error) */
 		return (int)err;
 	default:
 		return ECONNRESET;
@@ -763,6 +764,12 @@ unsigned shunt_conn_poll(struct shunt_conn *c, int lowat)
 	if (error_pending(c))
 		mask |= POLLERR;
 	return mask;
+}
+
+void shunt_conn_set_error(struct shunt_conn *c, int err)
+{
+	/* As do_recvmmsg's WRITE_ONCE(sk_err): nobody is woken for it. */
+	atomic_store(&c->me->sk_err, (uint32_t)err);
 }
 
 int shunt_conn_take_error(struct shunt_conn *c)

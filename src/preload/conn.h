@@ -133,6 +133,12 @@ bool shunt_conn_closed(struct shunt_conn *c);
 /* SO_ERROR: the pending error (cleared), or 0. */
 int shunt_conn_take_error(struct shunt_conn *c);
 
+/*
+ * Leave @err pending, as recvmmsg does when a message after the first
+ * fails: the next call (or SO_ERROR) reports it.
+ */
+void shunt_conn_set_error(struct shunt_conn *c, int err);
+
 /* FIONREAD and SIOCOUTQ: bytes we have not read; bytes the peer has not. */
 size_t shunt_conn_inq(struct shunt_conn *c);
 size_t shunt_conn_outq(struct shunt_conn *c);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "preload/conn.h"
 #include "preload/fault.h"
 #include "preload/fdtable.h"
 #include "preload/handoff.h"
@@ -363,6 +364,12 @@ SHUNT_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 		}
 		end = shunt_now_ns() + ts.tv_sec * 1000000000LL + ts.tv_nsec;
 	}
+	/* do_recvmmsg reports a pending error first, before any data. */
+	r = s->conn ? -shunt_conn_take_error(s->conn) : 0;
+	if (r < 0) {
+		shunt_sock_put(s);
+		return (int)shunt_ret(r, saved);
+	}
 	if (n > IOV_MAX)
 		n = IOV_MAX;
 	for (i = 0; i < n; i++) {
@@ -384,6 +391,9 @@ SHUNT_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 			break;
 		}
 	}
+	/* An error after some messages waits for the next call (EAGAIN only ends them). */
+	if (i && r < 0 && r != -EAGAIN && s->conn)
+		shunt_conn_set_error(s->conn, (int)-r);
 	shunt_sock_put(s);
 	/* What is left of the timeout goes back, when messages came. */
 	if (i && timeout) {
