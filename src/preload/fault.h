@@ -20,10 +20,10 @@
 #include <sys/uio.h>
 
 /*
- * Copy @n bytes from @src to @dst, either of which may be the program's;
- * returns the bytes NOT copied (0: all of them). A fault stops the copy;
- * bytes before it may or may not have been copied. No system call. The _nt
- * variant writes with streaming stores (into a ring, whose publisher
+ * Copy @n bytes from @src to @dst, either of which may be the program's:
+ * 0 once every byte is copied, nonzero when a fault stopped the copy (some
+ * bytes may have been copied, which ones is not said). No system call. The
+ * _nt variant writes with streaming stores (into a ring, whose publisher
  * fences them: common/copy.h).
  */
 size_t shunt_ucopy(void *dst, const void *src, size_t n);
