@@ -127,6 +127,50 @@ static inline void shunt_ring_get(const struct shunt_ring *ring, size_t off, voi
 }
 
 /*
+ * A copy that may stop short (the preload's copies of program memory):
+ * returns the bytes it did not copy, 0 when it copied them all.
+ */
+typedef size_t (*shunt_ring_copy_fn)(void *dst, const void *src, size_t len);
+
+/*
+ * shunt_ring_put with the caller's copies: @plain below
+ * SHUNT_COPY_STREAM_MIN bytes, else @stream (its stores fenced by
+ * shunt_ring_publish, as shunt_copy_stream's). 0, or -EFAULT when a copy
+ * stopped short; then nothing of it may be published.
+ */
+static inline int shunt_ring_put_by(struct shunt_ring *ring, size_t off, const void *src,
+				    size_t len, shunt_ring_copy_fn plain, shunt_ring_copy_fn stream)
+{
+	size_t at = (size_t)((ring->pos + off) & (ring->size - 1));
+	size_t first = ring->size - at;
+	shunt_ring_copy_fn copy = len < SHUNT_COPY_STREAM_MIN ? plain : stream;
+
+	if (copy == stream)
+		ring->streamed = 1;
+	if (first >= len)
+		return copy(ring->data + at, src, len) ? -EFAULT : 0;
+	if (copy(ring->data + at, src, first) ||
+	    copy(ring->data, (const uint8_t *)src + first, len - first))
+		return -EFAULT;
+	return 0;
+}
+
+/* shunt_ring_get with the caller's copy: 0, or -EFAULT when it stopped short. */
+static inline int shunt_ring_get_by(const struct shunt_ring *ring, size_t off, void *dst,
+				    size_t len, shunt_ring_copy_fn copy)
+{
+	size_t at = (size_t)((ring->pos + off) & (ring->size - 1));
+	size_t first = ring->size - at;
+
+	if (first >= len)
+		return copy(dst, ring->data + at, len) ? -EFAULT : 0;
+	if (copy(dst, ring->data + at, first) ||
+	    copy((uint8_t *)dst + first, ring->data, len - first))
+		return -EFAULT;
+	return 0;
+}
+
+/*
  * After taking the lock of our side: another holder (a process sharing the
  * socket) may have moved our index since we last held it. Take the shared
  * value and forget what we cached of the other side's; every use of either

@@ -20,6 +20,7 @@
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/cork.h"
+#include "preload/fault.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
 #include "preload/stats.h"
@@ -85,28 +86,43 @@ static void cursor_advance(struct iov_cursor *cur, size_t n)
 	}
 }
 
-static void copy_to_ring(struct shunt_ring *r, struct iov_cursor *cur, size_t len)
+/*
+ * Copy @len bytes from the program's buffers at @cur into the ring past our
+ * tail. 0, or -EFAULT when a buffer could not be read: then none of the
+ * @len bytes counts, as tcp_sendmsg counts none of a chunk whose copy
+ * faulted.
+ */
+static int copy_to_ring(struct shunt_ring *r, struct iov_cursor *cur, size_t len)
 {
 	for (size_t done = 0, n; done < len; done += n) {
 		char *at;
 
 		n = cursor_take(cur, len - done, &at);
-		shunt_ring_put(r, done, at, n);
+		if (shunt_ring_put_by(r, done, at, n, shunt_ucopy, shunt_ucopy_nt))
+			return -EFAULT;
 		cursor_advance(cur, n);
 	}
+	return 0;
 }
 
-/* Copy @len bytes at @ring_off past our head into the iovecs, from @cur. */
-static void copy_from_ring(struct shunt_ring *r, size_t ring_off, struct iov_cursor *cur,
-			   size_t len)
+/*
+ * Copy @len bytes at @ring_off past our head into the program's buffers,
+ * from @cur. 0, or -EFAULT when a buffer could not be written: then none of
+ * the @len bytes counts (the caller consumes nothing of them), as
+ * tcp_recvmsg counts none of an skb whose copy faulted.
+ */
+static int copy_from_ring(struct shunt_ring *r, size_t ring_off, struct iov_cursor *cur,
+			  size_t len)
 {
 	for (size_t done = 0, n; done < len; done += n) {
 		char *at;
 
 		n = cursor_take(cur, len - done, &at);
-		shunt_ring_get(r, ring_off + done, at, n);
+		if (shunt_ring_get_by(r, ring_off + done, at, n, shunt_ucopy))
+			return -EFAULT;
 		cursor_advance(cur, n);
 	}
+	return 0;
 }
 
 /* Total length of an iovec array, or -EINVAL past SSIZE_MAX. */
@@ -372,6 +388,7 @@ static int take_error(struct shunt_conn *c)
 	case EPIPE:
 	case ECONNREFUSED:
 	case ETIMEDOUT:
+	case EFAULT:		/* left by recvmmsg (shunt_conn_set_error) */
 		return (int)err;
 	default:
 		return ECONNRESET;
@@ -883,7 +900,10 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (whole && n < left)
 			n = 0;
 		if (n) {
-			copy_to_ring(&c->tx, &cur, n);
+			/* A buffer it cannot read: what went before is sent, this chunk is not. */
+			r = copy_to_ring(&c->tx, &cur, n);
+			if (r)
+				break;
 			shunt_ring_hold(&c->tx, n);
 			done += n;
 			push_after_send(c, flags);
@@ -1021,8 +1041,11 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			 */
 			copied = (size_t)avail < (size_t)total ? (size_t)avail : (size_t)total;
 			cursor_init(&cur, iov, iovcnt);
-			if (!discard)
-				copy_from_ring(&c->rx, 0, &cur, copied);
+			r = discard ? 0 : copy_from_ring(&c->rx, 0, &cur, copied);
+			if (r) {
+				copied = 0;
+				break;
+			}
 			if (copied >= target)
 				break;
 		} else if (avail) {
@@ -1032,8 +1055,11 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 				n = (size_t)avail;
 			if (n > CHUNK)
 				n = CHUNK;
-			if (!discard)
-				copy_from_ring(&c->rx, 0, &cur, n);
+			/* A buffer it cannot write: bytes copied before are returned, these stay. */
+			if (!discard && copy_from_ring(&c->rx, 0, &cur, n)) {
+				r = copied ? 0 : -EFAULT;
+				break;
+			}
 			shunt_ring_consume(&c->rx, n);
 			credit_returned(c);
 			copied += n;
@@ -1183,6 +1209,12 @@ unsigned shunt_conn_poll(struct shunt_conn *c, int lowat)
 	return mask;
 }
 
+void shunt_conn_set_error(struct shunt_conn *c, int err)
+{
+	/* As do_recvmmsg's WRITE_ONCE(sk_err): nobody is woken for it. */
+	atomic_store(&c->me->sk_err, (uint32_t)err);
+}
+
 int shunt_conn_take_error(struct shunt_conn *c)
 {
 	sync_peer(c);
@@ -1224,11 +1256,6 @@ size_t shunt_conn_inq_hint(struct shunt_conn *c)
 
 	/* tcp_inq_hint: after the FIN, 1 rather than 0, so the reader reads on (and sees EOF). */
 	return n || !(ps & SHUNT_END_WR_SHUT) ? n : 1;
-}
-
-void shunt_conn_set_error(struct shunt_conn *c, int err)
-{
-	atomic_store(&c->me->sk_err, (uint32_t)err);
 }
 
 bool shunt_conn_closed(struct shunt_conn *c)

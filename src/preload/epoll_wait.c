@@ -16,6 +16,7 @@
 
 #include "common/sys.h"
 #include "preload/epoll.h"
+#include "preload/fault.h"
 #include "preload/notice.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
@@ -24,82 +25,114 @@
 
 #define TOMBSTONE ((void *)1)
 
-enum { KBUF = 64 };
-
-/* The events being gathered for the application. */
+/*
+ * The events being gathered, straight into the program's array: the kernel
+ * writes its own there (with its rules for a slot it cannot write: that
+ * event stays queued), and ours are written through fault.h.
+ */
 struct harvest {
-	struct epoll_event *out;	/* the application's array */
+	struct epoll_event *out;	/* the program's array */
 	int n, max;
 	bool hub_fired;			/* the notice hub was among the kernel's events */
+	bool full;			/* the next slot could not be written */
 };
+
+static bool get_event(struct harvest *h, int at, struct epoll_event *ev)
+{
+	return !shunt_get_user(ev, &h->out[at], sizeof(*ev));
+}
+
+static bool put_event(struct harvest *h, int at, const struct epoll_event *ev)
+{
+	return !shunt_put_user(&h->out[at], ev, sizeof(*ev));
+}
 
 /* Add @mask for registration @r, once per call: a listener's two kernel halves make one. */
 static void report(struct harvest *h, struct shunt_reg *r, uint32_t mask)
 {
-	for (int j = 0; j < h->n; j++) {
-		if (h->out[j].data.u64 == r->data.u64 && r->mode == SHUNT_REG_LISTENER) {
-			h->out[j].events |= mask;
+	struct epoll_event ev;
+
+	for (int j = 0; r->mode == SHUNT_REG_LISTENER && j < h->n; j++) {
+		if (get_event(h, j, &ev) && ev.data.u64 == r->data.u64) {
+			ev.events |= mask;
+			put_event(h, j, &ev);
 			return;
 		}
 	}
 	if (mask && h->n < h->max) {
-		h->out[h->n].events = mask;
-		h->out[h->n++].data = r->data;
+		ev.events = mask;
+		ev.data = r->data;
+		if (put_event(h, h->n, &ev))
+			h->n++;
+		else
+			h->full = true;
 	}
 }
 
 /*
- * Sort kernel events: the bell and the hub are ours alone (the ready list
- * and the links say what they meant), sentinels are translated, the
- * application's are copied as they are.
+ * Sort the @nk kernel events at slot @first (= h->n) on: the bell and the
+ * hub are ours alone (the ready list and the links say what they meant),
+ * sentinels are translated, the application's are kept as they are. The
+ * array is compacted in place: h->n never passes the slot being read.
  */
-static void absorb(struct shunt_epoll *ep, const struct epoll_event *k, int nk, struct harvest *h)
+static void absorb(struct shunt_epoll *ep, int first, int nk, struct harvest *h)
 {
-	for (int i = 0; i < nk; i++) {
+	for (int i = first; i < first + nk; i++) {
+		struct epoll_event k;
 		struct shunt_reg *r;
 		uint32_t want;
 
-		if (k[i].data.ptr == &ep->bell_mark)
+		if (!get_event(h, i, &k)) {
+			h->full = true;		/* unmapped since the kernel wrote it */
+			return;
+		}
+		if (k.data.ptr == &ep->bell_mark)
 			continue;
-		if (k[i].data.ptr == &ep->hub_mark) {
+		if (k.data.ptr == &ep->hub_mark) {
 			h->hub_fired = true;
 			continue;
 		}
 		pthread_mutex_lock(&ep->lock);
-		r = shunt_map_get(&ep->sentinels, k[i].data.u64);
+		r = shunt_map_get(&ep->sentinels, k.data.u64);
 		pthread_mutex_unlock(&ep->lock);
 		if (r == TOMBSTONE)
 			continue;
 		if (!r) {
-			h->out[h->n++] = k[i];
+			if (h->n == i || put_event(h, h->n, &k))
+				h->n++;
 			continue;
 		}
 		want = r->events | EPOLLERR | EPOLLHUP;
 		if (r->mode == SHUNT_REG_NESTED) {
 			/* Stale entries of the inner instance must not make it look ready. */
 			if (shunt_epoll_readable(r->inner))
-				report(h, r, k[i].events & want);
+				report(h, r, k.events & want);
 			continue;
 		}
 		/* A listener with a queued connection: what inet_csk_listen_poll says. */
-		report(h, r, (k[i].events | (k[i].events & EPOLLIN ? EPOLLRDNORM : 0)) & want);
+		report(h, r, (k.events | (k.events & EPOLLIN ? EPOLLRDNORM : 0)) & want);
 	}
 }
 
-/* Harvest kernel events into @h without blocking, up to the room left. */
+/*
+ * Kernel events ready now, as many as the array has room for (an edge taken
+ * is gone), in one call: a second would report level-triggered ones again.
+ */
 static int harvest_now(struct shunt_epoll *ep, struct harvest *h)
 {
-	struct epoll_event k[KBUF];
-	int room = h->max - h->n, nk;
+	int first = h->n, room = h->max - first, nk;
 
-	/* Never take more than fits: an edge-triggered event taken is gone. */
-	if (room <= 0)
+	if (h->full || room <= 0)
 		return 0;
-	nk = (int)shunt_syscall(SYS_epoll_wait, ep->kfd, k, room < KBUF ? room : KBUF, 0);
+	nk = (int)shunt_syscall(SYS_epoll_wait, ep->kfd, h->out + first, room, 0);
+	if (nk < 0 && errno == EFAULT) {
+		h->full = true;		/* the kernel kept the event it could not write */
+		return 0;
+	}
 	if (nk < 0)
 		return -errno;
-	absorb(ep, k, nk, h);
-	return nk;
+	absorb(ep, first, nk, h);
+	return 0;
 }
 
 /* Report ready CIRCUIT registrations, as the kernel's ep_send_events does. */
@@ -108,18 +141,25 @@ static void collect(struct shunt_epoll *ep, struct harvest *h)
 	pthread_mutex_lock(&ep->lock);
 	/* Each registration is looked at once per call, even the ones put back. */
 	for (struct shunt_list *end = ep->ready.prev, *pos = ep->ready.next;
-	     !shunt_list_empty(&ep->ready) && h->n < h->max;) {
+	     !shunt_list_empty(&ep->ready) && h->n < h->max && !h->full;) {
 		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, ready_node);
 		bool last = pos == end;
 		uint32_t mask = r->armed ? (shunt_sock_poll_mask(r->sock, r->fd) &
 					    (r->events | EPOLLERR | EPOLLHUP)) : 0;
+		struct epoll_event ev = { .events = mask, .data = r->data };
 
 		pos = pos->next;
 		shunt_list_del(&r->ready_node);
 		r->queued = false;
+		if (mask && !put_event(h, h->n, &ev)) {
+			/* A slot it cannot write: back at the head, as ep_send_events puts it. */
+			shunt_list_add_tail(ep->ready.next, &r->ready_node);
+			r->queued = true;
+			h->full = true;
+			break;
+		}
 		if (mask) {
-			h->out[h->n].events = mask;
-			h->out[h->n++].data = r->data;
+			h->n++;
 			if (r->events & EPOLLONESHOT) {
 				r->armed = false;
 			} else if (!(r->events & EPOLLET)) {
@@ -167,9 +207,8 @@ static int gather(struct shunt_epoll *ep, struct harvest *h, bool ask_kernel)
 static int sleep_kernel(struct shunt_epoll *ep, struct harvest *h, int64_t deadline,
 			const sigset_t *mask)
 {
-	struct epoll_event k[KBUF];
 	struct timespec ts, *tsp = NULL;
-	int room = h->max - h->n, nk;
+	int first = h->n, room = h->max - first, nk;
 
 	if (deadline >= 0) {
 		int64_t left = deadline - shunt_now_ns();
@@ -180,11 +219,15 @@ static int sleep_kernel(struct shunt_epoll *ep, struct harvest *h, int64_t deadl
 		ts.tv_nsec = left % 1000000000;
 		tsp = &ts;
 	}
-	nk = (int)shunt_syscall(SYS_epoll_pwait2, ep->kfd, k, room < KBUF ? room : KBUF, tsp, mask,
+	nk = (int)shunt_syscall(SYS_epoll_pwait2, ep->kfd, h->out + first, room, tsp, mask,
 			  mask ? _NSIG / 8 : 0);
+	if (nk < 0 && errno == EFAULT) {
+		h->full = true;		/* the kernel kept the event it could not write */
+		return 0;
+	}
 	if (nk < 0)
 		return -errno;
-	absorb(ep, k, nk, h);
+	absorb(ep, first, nk, h);
 	return nk;
 }
 
@@ -202,9 +245,10 @@ static void hub_sleeper(struct shunt_epoll *ep, int delta)
 }
 
 /*
- * epoll_wait with a NULL array: the kernel waits as usual and fails with
- * EFAULT only when it has an event to copy out (which stays queued). So we
- * wait for readiness without taking anything.
+ * epoll_wait with an array it cannot write (NULL, unmapped, read-only): the
+ * kernel waits as usual and fails with EFAULT only when it has an event to
+ * copy out (which stays queued). So we wait for readiness without taking
+ * anything.
  */
 static int wait_null(struct shunt_epoll *ep, int64_t timeout_ns, const sigset_t *mask)
 {
@@ -242,10 +286,14 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
 	int64_t spin_ns = mask ? 0 : shunt_wait_spin_ns();
 	struct harvest h = { .out = events, .max = max };
+	struct epoll_event first;
 
 	if (max <= 0 || max > INT_MAX / (int)sizeof(struct epoll_event))
 		return -EINVAL;
-	if (!events)
+	if (!shunt_user_range_ok(events, (size_t)max * sizeof(*events)))
+		return -EFAULT;
+	/* Not even the first slot can be written: wait as the kernel would, taking nothing. */
+	if (!get_event(&h, 0, &first) || !put_event(&h, 0, &first))
 		return wait_null(ep, timeout_ns, mask);
 	for (unsigned round = 0;; round++) {
 		bool circuits;
@@ -261,8 +309,8 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 		r = gather(ep, &h, round == 0 || !(round % 32) || !circuits);
 		if (r < 0)
 			return r;
-		if (h.n || timeout_ns == 0)
-			return h.n;
+		if (h.n || timeout_ns == 0 || h.full)
+			return h.n ? h.n : h.full ? -EFAULT : 0;
 		int64_t now = shunt_now_ns();
 
 		if (deadline >= 0 && now >= deadline)
@@ -284,8 +332,8 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 		hub_sleeper(ep, -1);
 		if (r < 0)
 			return r;	/* EINTR: epoll_wait is never restarted */
-		if (h.n)
-			return h.n;
+		if (h.n || h.full)
+			return h.n ? h.n : -EFAULT;
 		/* Look at the kernel right away: round 1 of the next pass may not. */
 		round = UINT_MAX;
 	}

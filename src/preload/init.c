@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "preload/control.h"
+#include "preload/fault.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
 #include "preload/handoff.h"
@@ -37,6 +38,8 @@ static void init(void)
 
 	shunt_pid = (uint32_t)getpid();
 	shunt_libc_resolve();
+	/* Before anything reads program memory, and before the program asks for its handlers. */
+	shunt_fault_init();
 	shunt_log_setup("shunt", shunt_log_parse(getenv("SHUNT_LOG"), SHUNT_LOG_WARN));
 	enabled = !(off && *off && strcmp(off, "0"));
 	if (enabled && shunt_fdt_init() < 0)

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <stdbool.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/syscall.h>
@@ -16,6 +17,7 @@
 
 #include "common/log.h"
 #include "preload/fdlimit.h"
+#include "preload/fault.h"
 #include "preload/fdtable.h"
 #include "preload/file.h"
 #include "preload/init.h"
@@ -201,16 +203,18 @@ SHUNT_EXPORT int ioctl(int fd, unsigned long req, ...)
 SHUNT_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
 	int saved = errno;
+	/* The system call takes the count as an unsigned int. */
+	nfds_t kn = (unsigned int)n;
 
 	shunt_ensure_init();
 	/* do_sys_poll's first check, against the program's own limit (fdlimit.c). */
-	if (shunt_fdlimit_check_nfds(n) < 0) {
+	if (shunt_fdlimit_check_nfds(kn) < 0) {
 		errno = EINVAL;
 		return -1;
 	}
-	if (!fds || !shunt_poll_has_ours(fds, n))
+	if (!shunt_poll_has_ours(fds, kn))
 		return shunt_libc.poll(fds, n, timeout);
-	return (int)shunt_ret(shunt_op_poll(fds, n, timeout < 0 ? -1 : timeout * 1000000LL, NULL),
+	return (int)shunt_ret(shunt_op_poll(fds, kn, timeout < 0 ? -1 : timeout * 1000000LL, NULL),
 			      saved);
 }
 
@@ -226,21 +230,31 @@ static bool valid_timespec(const struct timespec *ts)
 	return !ts || (ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000);
 }
 
+/* The kernel reads a sigmask before anything else: one it cannot read is EFAULT, in its order. */
+static bool mask_copy(const sigset_t *umask, sigset_t *mask)
+{
+	sigemptyset(mask);
+	return !umask || !shunt_get_user(mask, umask, _NSIG / 8);
+}
+
 SHUNT_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 		       const sigset_t *mask)
 {
 	int saved = errno;
+	nfds_t kn = (unsigned int)n;
+	sigset_t kmask;
 
 	shunt_ensure_init();
 	/* After the timeout's checks, which the kernel makes first. */
-	if (valid_timespec(ts) && shunt_fdlimit_check_nfds(n) < 0) {
+	if (valid_timespec(ts) && shunt_fdlimit_check_nfds(kn) < 0) {
 		errno = EINVAL;
 		return -1;
 	}
-	if (!fds || !valid_timespec(ts) || !shunt_poll_has_ours(fds, n))
+	/* glibc reads the timeout itself (a bad pointer faults there), the kernel the rest. */
+	if (!valid_timespec(ts) || !shunt_poll_has_ours(fds, kn) || !mask_copy(mask, &kmask))
 		return shunt_libc.ppoll(fds, n, ts, mask);
-	return (int)shunt_ret(shunt_op_poll(fds, n, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1,
-					    mask),
+	return (int)shunt_ret(shunt_op_poll(fds, kn, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1,
+					    mask ? &kmask : NULL),
 			      saved);
 }
 
@@ -252,12 +266,72 @@ SHUNT_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec
 	return ppoll(fds, n, ts, mask);
 }
 
-/* Whether any descriptor in the three sets is a shunt socket. */
-static bool sets_have_ours(int nfds, fd_set *rd, fd_set *wr, fd_set *ex)
+/*
+ * The library's copies of a select's sets: what the kernel's get_fd_set
+ * reads, whole words for @nfds descriptors. In @fast when they fit.
+ */
+struct sets {
+	fd_set *rd, *wr, *ex;
+	fd_set fast[3];
+	void *alloc;
+	size_t bytes;
+};
+
+static size_t set_bytes(int nfds)
 {
-	for (int fd = 0; fd < nfds; fd++) {
-		if (!((rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) ||
-		      (ex && FD_ISSET(fd, ex))))
+	size_t words = ((size_t)nfds + 8 * sizeof(long) - 1) / (8 * sizeof(long));
+
+	return words * sizeof(long);
+}
+
+/* 0, -EFAULT when a set cannot be read (the kernel then answers), or -ENOMEM. */
+static int sets_import(struct sets *k, int nfds, fd_set *rd, fd_set *wr, fd_set *ex)
+{
+	fd_set *user[3] = { rd, wr, ex }, *mine[3];
+	char *base = NULL;
+
+	k->bytes = set_bytes(nfds);
+	k->alloc = NULL;
+	if (k->bytes > sizeof(fd_set)) {
+		k->alloc = base = calloc(3, k->bytes);
+		if (!base)
+			return -ENOMEM;
+	}
+	for (int i = 0; i < 3; i++) {
+		mine[i] = NULL;
+		if (!user[i])
+			continue;
+		mine[i] = base ? (fd_set *)(base + (size_t)i * k->bytes) : &k->fast[i];
+		if (shunt_get_user(mine[i], user[i], k->bytes)) {
+			free(k->alloc);
+			return -EFAULT;
+		}
+	}
+	k->rd = mine[0];
+	k->wr = mine[1];
+	k->ex = mine[2];
+	return 0;
+}
+
+/* set_fd_set: the results go back; one set that cannot be written is EFAULT. */
+static int sets_export(const struct sets *k, fd_set *rd, fd_set *wr, fd_set *ex)
+{
+	if ((rd && shunt_put_user(rd, k->rd, k->bytes)) ||
+	    (wr && shunt_put_user(wr, k->wr, k->bytes)) ||
+	    (ex && shunt_put_user(ex, k->ex, k->bytes)))
+		return -EFAULT;
+	return 0;
+}
+
+/* Whether any descriptor in the three sets is a shunt socket (none lies past the table's high). */
+static bool sets_have_ours(const struct sets *k, int nfds)
+{
+	size_t high = shunt_fdt_high();
+	int end = high < (size_t)nfds ? (int)high : nfds;
+
+	for (int fd = 0; fd < end; fd++) {
+		if (!((k->rd && FD_ISSET(fd, k->rd)) || (k->wr && FD_ISSET(fd, k->wr)) ||
+		      (k->ex && FD_ISSET(fd, k->ex))))
 			continue;
 		if (shunt_fdt_is_ours(fd))
 			return true;
@@ -265,36 +339,70 @@ static bool sets_have_ours(int nfds, fd_set *rd, fd_set *wr, fd_set *ex)
 	return false;
 }
 
+/*
+ * select and pselect over sets with a shunt socket: -1 with errno set, or
+ * the count; 1 in *@kernel when the C library should answer instead (a set
+ * or mask it cannot read, or no shunt socket at all).
+ */
+static int select_ours(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int64_t timeout_ns,
+		       const sigset_t *umask, int64_t *left, bool *kernel)
+{
+	int saved = errno, r;
+	sigset_t kmask;
+	struct sets k;
+
+	*kernel = true;
+	r = sets_import(&k, nfds, rd, wr, ex);
+	if (r == -EFAULT)
+		return 0;
+	if (r == 0 && (!sets_have_ours(&k, nfds) || !mask_copy(umask, &kmask))) {
+		free(k.alloc);
+		return 0;
+	}
+	*kernel = false;
+	if (r == 0) {
+		r = shunt_op_select(nfds, k.rd, k.wr, k.ex, timeout_ns, umask ? &kmask : NULL, left);
+		if (r >= 0 && sets_export(&k, rd, wr, ex) < 0)
+			r = -EFAULT;
+		free(k.alloc);
+	}
+	return (int)shunt_ret(r, saved);
+}
+
 SHUNT_EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
 {
-	int saved = errno;
 	int64_t left = 0;
+	bool kernel;
 	int r;
 
 	shunt_ensure_init();
-	if (nfds < 0 || (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)) ||
-	    !sets_have_ours(nfds, rd, wr, ex))
+	/* glibc reads the timeout itself, and refuses a negative one without the kernel. */
+	if (nfds < 0 || (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)))
 		return shunt_libc.select(nfds, rd, wr, ex, tv);
-	r = shunt_op_select(nfds, rd, wr, ex, tv ? tv->tv_sec * 1000000000LL + tv->tv_usec * 1000LL : -1,
-			    NULL, &left);
-	/* Linux tells the caller how much of the timeout was left. */
+	r = select_ours(nfds, rd, wr, ex, tv ? tv->tv_sec * 1000000000LL + tv->tv_usec * 1000LL : -1,
+			NULL, &left, &kernel);
+	if (kernel)
+		return shunt_libc.select(nfds, rd, wr, ex, tv);
+	/* Linux tells the caller how much of the timeout was left (glibc writes it back). */
 	if (tv) {
 		tv->tv_sec = left / 1000000000;
 		tv->tv_usec = (left % 1000000000) / 1000;
 	}
-	return (int)shunt_ret(r, saved);
+	return r;
 }
 
 SHUNT_EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *ts,
 			 const sigset_t *mask)
 {
-	int saved = errno;
+	bool kernel;
+	int r;
 
 	shunt_ensure_init();
-	if (nfds < 0 || !valid_timespec(ts) || !sets_have_ours(nfds, rd, wr, ex))
+	if (nfds < 0 || !valid_timespec(ts))
 		return shunt_libc.pselect(nfds, rd, wr, ex, ts, mask);
-	return (int)shunt_ret(shunt_op_select(nfds, rd, wr, ex,
-					      ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1,
-					      mask, NULL),
-			      saved);
+	r = select_ours(nfds, rd, wr, ex, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1, mask,
+			NULL, &kernel);
+	if (kernel)
+		return shunt_libc.pselect(nfds, rd, wr, ex, ts, mask);
+	return r;
 }

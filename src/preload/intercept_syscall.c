@@ -36,6 +36,7 @@
 #include "common/sys.h"
 #include "preload/fdlimit.h"
 #include "preload/fdtable.h"
+#include "preload/fault.h"
 #include "preload/init.h"
 #include "preload/ops.h"
 #include "preload/uring.h"
@@ -409,6 +410,13 @@ SHUNT_EXPORT long syscall(long nr, ...)
 	case SYS_io_uring_enter:
 	case SYS_io_uring_register:
 		return shunt_uring_syscall(nr, a);
+
+	/* Signal dispositions the library keeps (fault.c). */
+	case SYS_rt_sigaction:
+		/* The program's SIGSEGV and SIGBUS are kept by the library (fault.c). */
+		if (shunt_fault_sig((int)a[0]))
+			return shunt_fault_rt_sigaction(a[0], a[1], a[2], a[3]);
+		return raw(nr, a);
 	default:
 		return raw(nr, a);
 	}

@@ -21,6 +21,7 @@
 #include "preload/cmsg.h"
 #include "preload/conn.h"
 #include "preload/epoll.h"
+#include "preload/fault.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
@@ -235,46 +236,109 @@ ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int
 	return r;
 }
 
-ssize_t shunt_op_sendmsg(struct shunt_sock *s, int fd, const struct msghdr *msg, int flags)
+/*
+ * copy_msghdr_from_user: the program's msghdr @umsg into @m and its iovecs
+ * into @fast or an allocation (*@iov; shunt_iov_free it), with the kernel's
+ * checks in its order. A send reads the destination too (and ignores it).
+ */
+static int msg_import(const struct msghdr *umsg, struct msghdr *m, bool send,
+		      struct iovec fast[SHUNT_FAST_IOV], struct iovec **iov)
 {
-	int r;
+	struct sockaddr_storage name;
+	int namelen;
 
-	if (!msg || msg->msg_iovlen > IOV_MAX)
-		return msg ? -EMSGSIZE : -EFAULT;
-	r = shunt_cmsg_send_buffer(msg);
-	if (r)
+	if (shunt_get_user(m, umsg, sizeof(*m)))
+		return -EFAULT;
+	namelen = m->msg_name ? (int)m->msg_namelen : 0;
+	if (namelen < 0)
+		return -EINVAL;
+	if (namelen > (int)sizeof(name))
+		namelen = (int)sizeof(name);
+	if (send && namelen && shunt_get_user(&name, m->msg_name, (size_t)namelen))
+		return -EFAULT;
+	if (m->msg_iovlen > IOV_MAX)
+		return -EMSGSIZE;
+	return shunt_iov_import(m->msg_iov, (int)m->msg_iovlen, fast, iov);
+}
+
+/* ____sys_sendmsg reads the control data before sending: a buffer it cannot read is EFAULT. */
+static int control_readable(const void *ctl, size_t len)
+{
+	char chunk[256];
+
+	if (len > INT_MAX)
+		return -ENOBUFS;
+	for (size_t at = 0; at < len; at += sizeof(chunk)) {
+		size_t n = len - at < sizeof(chunk) ? len - at : sizeof(chunk);
+
+		if (shunt_get_user(chunk, (const char *)ctl + at, n))
+			return -EFAULT;
+	}
+	return 0;
+}
+
+ssize_t shunt_op_sendmsg(struct shunt_sock *s, int fd, const struct msghdr *umsg, int flags)
+{
+	struct iovec fast[SHUNT_FAST_IOV], *iov;
+	struct msghdr m;
+	ssize_t r = msg_import(umsg, &m, true, fast, &iov);
+
+	if (r < 0)
 		return r;
+	/* ____sys_sendmsg: the buffer's size is judged (ENOBUFS) before it is read. */
+	r = shunt_cmsg_send_buffer(&m);
+	if (r == 0)
+		r = control_readable(m.msg_control, m.msg_controllen);
 	/*
 	 * A connected stream socket ignores the destination; of the control
 	 * data it checks the SOL_SOCKET messages, whose values change nothing
 	 * on a circuit.
 	 */
-	return send_iov(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags,
-			msg->msg_controllen ? shunt_cmsg_send_check(fd, msg) : 0);
+	if (r == 0)
+		r = send_iov(s, fd, iov, (int)m.msg_iovlen, flags,
+			     m.msg_controllen ? shunt_cmsg_send_check(fd, &m) : 0);
+	shunt_iov_free(iov, fast);
+	return r;
 }
 
-ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *msg, int flags)
+ssize_t shunt_op_recvmsg(struct shunt_sock *s, int fd, struct msghdr *umsg, int flags)
 {
-	ssize_t r;
+	struct iovec fast[SHUNT_FAST_IOV], *iov;
+	struct msghdr m;
+	ssize_t r = msg_import(umsg, &m, false, fast, &iov);
+	int out_flags = flags & MSG_CMSG_CLOEXEC, zero = 0;
+	char ctl[CMSG_SPACE(sizeof(int))];
+	size_t used = 0;
 
-	if (!msg || msg->msg_iovlen > IOV_MAX)
-		return msg ? -EMSGSIZE : -EFAULT;
-	r = shunt_op_recv(s, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
-	if (r >= 0) {
-		size_t used = 0;
+	if (r < 0)
+		return r;
+	r = shunt_op_recv(s, fd, iov, (int)m.msg_iovlen, flags);
+	shunt_iov_free(iov, fast);
+	if (r < 0)
+		return r;
+	/* TCP_INQ: the bytes left to read after this call (TCP_CM_INQ), built here, then copied. */
+	if ((shunt_sock_opt_flags(s) & SHUNT_OPT_INQ) && shunt_sock_state(s) == SHUNT_SOCK_CONNECTED) {
+		struct msghdr local = m;
+		int inq = (int)shunt_conn_inq_hint(s->conn);
 
-		/* What tcp_recvmsg leaves in them: no address, control data as asked for. */
-		msg->msg_namelen = 0;
-		msg->msg_flags = flags & MSG_CMSG_CLOEXEC;
-		/* TCP_INQ: the bytes left to read after this call (TCP_CM_INQ). */
-		if ((shunt_sock_opt_flags(s) & SHUNT_OPT_INQ) &&
-		    shunt_sock_state(s) == SHUNT_SOCK_CONNECTED) {
-			int inq = (int)shunt_conn_inq_hint(s->conn);
-
-			shunt_cmsg_put(msg, &used, SOL_TCP, TCP_CM_INQ, &inq, sizeof(inq));
-		}
-		msg->msg_controllen = used;
+		local.msg_control = m.msg_control ? ctl : NULL;
+		local.msg_controllen = m.msg_controllen < sizeof(ctl) ? m.msg_controllen : sizeof(ctl);
+		local.msg_flags = out_flags;
+		shunt_cmsg_put(&local, &used, SOL_TCP, TCP_CM_INQ, &inq, sizeof(inq));
+		out_flags = local.msg_flags;
+		if (used && shunt_put_user(m.msg_control, ctl, used))
+			return -EFAULT;
 	}
+	/*
+	 * What ____sys_recvmsg writes back after tcp_recvmsg: no address (the
+	 * length only where one was asked for), control data as asked for. The
+	 * bytes are taken even when these writes fail.
+	 */
+	if (m.msg_name && shunt_put_user(&umsg->msg_namelen, &zero, sizeof(zero)))
+		return -EFAULT;
+	if (shunt_put_user(&umsg->msg_flags, &out_flags, sizeof(out_flags)) ||
+	    shunt_put_user(&umsg->msg_controllen, &used, sizeof(used)))
+		return -EFAULT;
 	return r;
 }
 
@@ -311,9 +375,14 @@ ssize_t shunt_op_sendfile(struct shunt_sock *s, int out_fd, int in_fd, off_t *of
 {
 	char *buf = bounce();
 	const size_t chunk = BOUNCE_SIZE;
-	off_t pos = offset ? *offset : lseek(in_fd, 0, SEEK_CUR);
+	off_t pos;
 	ssize_t sent = 0, r = 0;
 
+	/* sendfile64 reads *offset before anything, and writes it back after. */
+	if (offset && shunt_get_user(&pos, offset, sizeof(pos)))
+		return -EFAULT;
+	if (!offset)
+		pos = lseek(in_fd, 0, SEEK_CUR);
 	if (pos < 0)
 		return -errno;
 	if (!buf)
@@ -339,10 +408,10 @@ ssize_t shunt_op_sendfile(struct shunt_sock *s, int out_fd, int in_fd, off_t *of
 		if (r < got)
 			break;		/* a non-blocking socket filled up */
 	}
-	if (offset)
-		*offset = pos;
-	else
+	if (!offset)
 		lseek(in_fd, pos, SEEK_SET);
+	else if (shunt_put_user(offset, &pos, sizeof(pos)))
+		return -EFAULT;
 	return sent ? sent : r;
 }
 

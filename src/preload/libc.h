@@ -122,7 +122,13 @@
 			      const posix_spawnattr_t *, char *const[], char *const[])) \
 	X(int, posix_spawn_file_actions_adddup2, (posix_spawn_file_actions_t *, int, int)) \
 	X(int, system, (const char *)) \
-	X(FILE *, popen, (const char *, const char *))
+	X(FILE *, popen, (const char *, const char *)) \
+	X(int, sigaction, (int, const struct sigaction *, struct sigaction *)) \
+	X(__sighandler_t, signal, (int, __sighandler_t)) \
+	X(__sighandler_t, __sysv_signal, (int, __sighandler_t)) \
+	X(__sighandler_t, sigset, (int, __sighandler_t)) \
+	X(int, sigignore, (int)) \
+	X(int, siginterrupt, (int, int))
 
 #define SHUNT_LIBC_POINTER(ret, name, args) ret (*name) args;
 struct shunt_libc {

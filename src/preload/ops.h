@@ -58,7 +58,12 @@ int shunt_sock_sync(struct shunt_sock *s);
  */
 int shunt_sock_downgrade(struct shunt_sock *s, int fd);
 
-/* io.c: the byte stream (CONNECTED or CONNECTING sockets) */
+/*
+ * io.c: the byte stream (CONNECTED or CONNECTING sockets). The iovec arrays
+ * of send and recv are the library's (shunt_iov_import), the buffers they
+ * point to the program's; the msghdrs of sendmsg and recvmsg are the
+ * program's. All of the program's memory is reached through fault.h.
+ */
 ssize_t shunt_op_send(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt,
 		      int flags);
 ssize_t shunt_op_recv(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt,
@@ -90,12 +95,21 @@ int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg);
 /* Copy onto accepted socket @to (fd @nfd) the options listener @from (fd @lfd) had set. */
 void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to, int nfd);
 
-/* poll.c: readiness across shunt sockets and kernel descriptors */
-/* @timeout_ns < 0 waits forever; @mask as ppoll's. */
+/*
+ * poll.c: readiness across shunt sockets and kernel descriptors.
+ * shunt_op_poll: @fds is the program's array, read in and its revents
+ * written back as the kernel does; @timeout_ns < 0 waits forever; @mask,
+ * as ppoll's, is the library's copy. shunt_op_select works on the
+ * library's copies of the sets.
+ */
 int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask);
 int shunt_op_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int64_t timeout_ns,
 		    const sigset_t *mask, int64_t *left_ns);
-/* Whether any of @n descriptors is a shunt socket (else plain libc is exact). */
+/*
+ * Whether any of the program's @n pollfds is a shunt socket (else plain
+ * libc is exact); false too when the kernel would refuse the array, which
+ * it then does itself.
+ */
 bool shunt_poll_has_ours(const struct pollfd *fds, nfds_t n);
 /* The poll(2) mask of shunt socket @s open as @fd (kernel half asked if need be). */
 unsigned shunt_sock_poll_mask(struct shunt_sock *s, int fd);

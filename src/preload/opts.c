@@ -18,6 +18,7 @@
 
 #include "preload/conn.h"
 #include "preload/epoll.h"
+#include "preload/fault.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
@@ -381,25 +382,23 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	case SO_LINGER: {
 		struct linger l;
 
-		memcpy(&l, val, sizeof(l));
-		set_linger_abort(s, l.l_onoff && !l.l_linger);
+		/* The kernel read it a moment ago; another thread may have unmapped it since. */
+		if (!shunt_get_user(&l, val, sizeof(l)))
+			set_linger_abort(s, l.l_onoff && !l.l_linger);
 		break;
 	}
 	}
 	return 0;
 }
 
-/* Copy an int option out the way sock_getsockopt does. */
-static int put_int(int v, void *val, socklen_t *len)
+/* Copy an int option out the way sk_getsockopt does, after it read the length (@have). */
+static int put_int(int v, void *val, socklen_t *len, int have)
 {
-	socklen_t n;
-
-	if ((int)*len < 0)
-		return -EINVAL;
-	n = *len < sizeof(v) ? *len : sizeof(v);
-	memcpy(val, &v, n);
-	*len = n;
-	return 0;
+	if (have > (int)sizeof(v))
+		have = (int)sizeof(v);
+	if (shunt_put_user(val, &v, (size_t)have))
+		return -EFAULT;
+	return shunt_put_user(len, &have, sizeof(have));
 }
 
 int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void *val,
@@ -409,14 +408,20 @@ int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void 
 	bool circuit = st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING;
 
 	if (level == SOL_SOCKET && name == SO_ERROR) {
-		int err = atomic_exchange(&s->so_error, 0);
+		int err, have;
 
+		/* sk_getsockopt reads the length before it takes the error. */
+		if (shunt_get_user(&have, len, sizeof(have)))
+			return -EFAULT;
+		if (have < 0)
+			return -EINVAL;
+		err = atomic_exchange(&s->so_error, 0);
 		if (err)
 			shunt_epoll_sock_moved(s);
 		if (!err && st == SHUNT_SOCK_CONNECTED)
 			err = shunt_conn_take_error(s->conn);
 		if (err || circuit)
-			return put_int(err, val, len);
+			return put_int(err, val, len, have);
 	}
 	if (shunt_libc.getsockopt(fd, level, name, val, len) < 0)
 		return -errno;
@@ -475,13 +480,13 @@ int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg)
 		default:
 			goto kernel;
 		}
-		memcpy(arg, &v, sizeof(v));
-		return 0;
+		/* put_user, as the kernel's inet_ioctl. */
+		return shunt_put_user(arg, &v, sizeof(v));
 	}
 kernel:
 	if (shunt_libc.ioctl(fd, req, arg) < 0)
 		return -errno;
-	if (req == FIONBIO)
-		set_nonblock(s, *(int *)arg != 0);
+	if (req == FIONBIO && !shunt_get_user(&v, arg, sizeof(v)))
+		set_nonblock(s, v != 0);
 	return 0;
 }

@@ -15,6 +15,7 @@
 #include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/epoll.h"
+#include "preload/fault.h"
 #include "preload/fdtable.h"
 #include "preload/file.h"
 #include "preload/libc.h"
@@ -24,11 +25,31 @@
 #include "preload/util.h"
 #include "preload/wait.h"
 
-bool shunt_poll_has_ours(const struct pollfd *fds, nfds_t n)
+/* The kernel's check, before it reads the array: more entries than the descriptor limit. */
+static bool too_many(nfds_t n)
 {
-	for (nfds_t i = 0; i < n; i++)
-		if (shunt_fdt_is_ours(fds[i].fd))
-			return true;
+	struct rlimit rl;
+
+	return getrlimit(RLIMIT_NOFILE, &rl) == 0 && n > rl.rlim_cur;
+}
+
+bool shunt_poll_has_ours(const struct pollfd *ufds, nfds_t n)
+{
+	struct pollfd chunk[64];
+
+	/* A long array is checked against the limit first: it may not be that long at all. */
+	if (n > 256 && too_many(n))
+		return false;
+	for (nfds_t at = 0; at < n; at += 64) {
+		nfds_t k = n - at < 64 ? n - at : 64;
+
+		/* One it cannot read is the kernel's to refuse (EINVAL or EFAULT, in its order). */
+		if (shunt_get_user(chunk, ufds + at, k * sizeof(*chunk)))
+			return false;
+		for (nfds_t i = 0; i < k; i++)
+			if (shunt_fdt_is_ours(chunk[i].fd))
+				return true;
+	}
 	return false;
 }
 
@@ -210,14 +231,10 @@ static void arm(struct poll_set *ps, int delta)
 	shunt_notice_sleepers(delta);
 }
 
-int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
+/* poll over the library's own array @fds. */
+static int poll_run(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
 {
 	int64_t start = shunt_now_ns(), spin_ns = mask ? 0 : shunt_wait_spin_ns();
-	struct rlimit rl;
-
-	/* As do_sys_poll: more entries than the descriptor limit is EINVAL. */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && n > rl.rlim_cur)
-		return -EINVAL;
 	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
 	struct timespec zero = { 0, 0 };
 	struct poll_set ps;
@@ -302,6 +319,28 @@ int shunt_op_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset
 	return r;
 }
 
+int shunt_op_poll(struct pollfd *ufds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
+{
+	struct pollfd *fds;
+	int r;
+
+	/* do_sys_poll: the limit, then the whole array read in, before anything else. */
+	if (too_many(n))
+		return -EINVAL;
+	fds = malloc((n ? n : 1) * sizeof(*fds));
+	if (!fds)
+		return -ENOMEM;
+	r = shunt_get_user(fds, ufds, n * sizeof(*fds));
+	if (r == 0)
+		r = poll_run(fds, n, timeout_ns, mask);
+	/* Every revents goes back, even after EINTR; one it cannot write is EFAULT. */
+	for (nfds_t i = 0; r != -EFAULT && r != -ENOMEM && i < n; i++)
+		if (shunt_put_user(&ufds[i].revents, &fds[i].revents, sizeof(fds[i].revents)))
+			r = -EFAULT;
+	free(fds);
+	return r;
+}
+
 int shunt_op_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int64_t timeout_ns,
 		    const sigset_t *mask, int64_t *left_ns)
 {
@@ -327,7 +366,7 @@ int shunt_op_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int64_t timeou
 		if (ev)
 			p[n++] = (struct pollfd){ fd, ev, 0 };
 	}
-	r = shunt_op_poll(p, n, timeout_ns, mask);
+	r = poll_run(p, n, timeout_ns, mask);
 	if (r >= 0) {
 		for (nfds_t i = 0; i < n; i++)
 			if (p[i].revents & POLLNVAL)

@@ -21,6 +21,7 @@
 #include "preload/control.h"
 #include "preload/epoll.h"
 #include "preload/explain.h"
+#include "preload/fault.h"
 #include "preload/notice.h"
 #include "preload/fdlimit.h"
 #include "preload/fdtable.h"
@@ -41,19 +42,18 @@ static long libc_ret(long r)
 int shunt_copy_addr(const struct shunt_wire_addr *w, struct sockaddr *out, socklen_t *outlen)
 {
 	struct sockaddr_storage ss;
-	socklen_t len;
+	int have, len = (int)shunt_addr_from_wire(w, &ss);
 
-	/* move_addr_to_user's order of checks. */
-	if (!outlen)
+	/* move_addr_to_user, in its order: both pointers are the program's. */
+	if (shunt_get_user(&have, outlen, sizeof(have)))
 		return -EFAULT;
-	if ((int)*outlen < 0)
+	if (have > len)
+		have = len;
+	if (have < 0)
 		return -EINVAL;
-	len = shunt_addr_from_wire(w, &ss);
-	if (*outlen && !out)
+	if (have && shunt_put_user(out, &ss, (size_t)have))
 		return -EFAULT;
-	memcpy(out, &ss, *outlen < len ? *outlen : len);
-	*outlen = len;
-	return 0;
+	return shunt_put_user(outlen, &len, sizeof(len));
 }
 
 int shunt_op_socket(int domain, int type, int protocol)
@@ -526,11 +526,21 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 	return 0;
 }
 
-int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len)
+int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *uaddr, socklen_t len)
 {
 	enum connect_next next = CONNECT_DONE;
+	struct sockaddr_storage copy;
+	const struct sockaddr *addr = uaddr;
 	int r;
 
+	/* move_addr_to_kernel comes first; from then on the address is ours. */
+	if ((int)len < 0 || len > sizeof(copy))
+		return -EINVAL;
+	if (len) {
+		if (shunt_get_user(&copy, uaddr, len))
+			return -EFAULT;
+		addr = (const struct sockaddr *)&copy;
+	}
 	/* Waits and kernel connects happen outside the fork lock: they may be long. */
 	shunt_fork_enter();
 	r = connect_start(s, fd, addr, len, &next);
@@ -622,8 +632,14 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	shunt_sock_put(ns);
 	shunt_stats_saw_fd(nfd);
 	shunt_stats.shm_accept++;
-	if (addr)
-		shunt_copy_addr(&conn->remote, addr, alen);
+	/* An address that cannot be stored: the kernel's do_accept closes the new socket. */
+	if (addr) {
+		r = shunt_copy_addr(&conn->remote, addr, alen);
+		if (r < 0) {
+			shunt_op_close(nfd);
+			return r;
+		}
+	}
 	return nfd;
 }
 

@@ -3,8 +3,7 @@
 // with EFAULT where the kernel's do: poll's array, epoll_ctl's event,
 // epoll_wait's array (only once there is an event to copy out; the event,
 // even an edge, is not lost). Pointers into unmapped or protected memory
-// are not tried: the kernel answers EFAULT, while shunt, which reads the
-// arrays in user space, faults (docs/differences.md).
+// are t_efault_io's.
 // shunt-expect: shm_connect>=1 shm_accept>=1 kernel_connect==0 kernel_accept==0
 // shunt-expect: shm_tx_bytes>=1 shm_rx_bytes>=1
 #include "t_harness.h"
