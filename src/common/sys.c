@@ -5,14 +5,14 @@
  * it), so its internal system calls must not reach that one.
  */
 #include <dlfcn.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
+#include "common/once.h"
 #include "common/sys.h"
 
 static long (*libc_syscall)(long, ...);
-static pthread_once_t find_once = PTHREAD_ONCE_INIT;
+static struct shunt_once find_once = SHUNT_ONCE_INIT;
 
 static void find(void)
 {
@@ -37,6 +37,6 @@ long shunt_syscall(long nr, ...)
 	for (int i = 0; i < 6; i++)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
-	pthread_once(&find_once, find);
+	shunt_once(&find_once, find);
 	return libc_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }

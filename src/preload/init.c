@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Start of the library, once per process (pthread_once, from the
+ * Start of the library, once per process (shunt_once, from the
  * constructor or whichever wrapper runs first), and what a fork child must
  * redo. SHUNT_DISABLE=1 turns every socket into a plain kernel socket.
  */
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/once.h"
 #include "preload/control.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
@@ -23,7 +24,7 @@
 #include "preload/wait.h"
 
 _Atomic bool shunt_ready;
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static struct shunt_once init_once = SHUNT_ONCE_INIT;
 static bool enabled;		/* written once by init */
 
 bool shunt_enabled(void)
@@ -53,7 +54,7 @@ static void init(void)
 
 void shunt_init(void)
 {
-	pthread_once(&init_once, init);
+	shunt_once(&init_once, init);
 }
 
 __attribute__((constructor)) static void shunt_constructor(void)
