@@ -30,12 +30,18 @@ static inline void shunt_close_internal(int fd)
 int shunt_fd_hide(int fd);
 void shunt_close_hidden(int fd);
 
+/*
+ * The soft RLIMIT_NOFILE, or -errno. When a seccomp filter forbids reading
+ * it, the last value read (seccomp preparation reads it before a filter
+ * takes effect; a filter that forbids prlimit64 keeps the program from
+ * changing it too).
+ */
+long shunt_rlimit_nofile(void);
+
+/* CLOCK_MONOTONIC in nanoseconds, unless a seccomp filter makes it unsafe (common/sys.h). */
 static inline int64_t shunt_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return shunt_sys_now_ns();
 }
 
 /*
