@@ -127,10 +127,11 @@ static const struct shunt_chain *push(const struct shunt_chain *old, const struc
 {
 	unsigned n = old ? old->n + 1 : 1;
 	struct shunt_chain *c = calloc(1, sizeof(*c) + n * sizeof(c->progs[0]));
-	const struct prog **progs = (const struct prog **)(c + 1);
+	const struct prog **progs;
 
 	if (!c)
 		return NULL;
+	progs = (const struct prog **)(c + 1);
 	c->mode = CHAIN_FILTER;
 	c->n = n;
 	c->progs = progs;
