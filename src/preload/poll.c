@@ -199,6 +199,9 @@ static int kernel_poll(struct poll_set *ps, int nk, const struct timespec *ts,
 
 		r = shunt_syscall(SYS_poll, ps->k, nk, ms > INT_MAX ? INT_MAX : ms);
 	}
+	/* Nothing of the kernel's to watch (a select() on circuits only): a nap will do. */
+	if (r < 0 && errno == SHUNT_SYS_DENIED && !nk && ts)
+		return shunt_sys_nap(ts->tv_sec * 1000000000 + ts->tv_nsec);
 	return r < 0 ? -errno : (int)r;
 }
 
