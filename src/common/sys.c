@@ -8,7 +8,6 @@
  */
 #include <dlfcn.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdlib.h>
 
 #include "common/once.h"
@@ -31,23 +30,11 @@ static void find(void)
 		abort();
 }
 
-/* Six arguments, whatever the call takes: what glibc's syscall() itself reads. */
-#define TAKE_ARGS(a, nr)					\
-	do {							\
-		va_list ap_;					\
-								\
-		va_start(ap_, nr);				\
-		for (int i_ = 0; i_ < 6; i_++)			\
-			(a)[i_] = va_arg(ap_, long);		\
-		va_end(ap_);					\
-	} while (0)
-
-long shunt_syscall(long nr, ...)
+long shunt_syscall6(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
 {
+	const long a[6] = { a0, a1, a2, a3, a4, a5 };
 	shunt_sys_gate_fn gate;
-	long a[6];
 
-	TAKE_ARGS(a, nr);
 	/* Pairs with the release that published the judge (preload/seccomp.c). */
 	gate = atomic_load_explicit(&shunt_sys_gate, memory_order_acquire);
 	if (__builtin_expect(gate != NULL, 0) && !gate(nr, a)) {
@@ -55,16 +42,13 @@ long shunt_syscall(long nr, ...)
 		return -1;
 	}
 	shunt_once(&find_once, find);
-	return libc_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return libc_syscall(nr, a0, a1, a2, a3, a4, a5);
 }
 
-long shunt_syscall_app(long nr, ...)
+long shunt_syscall_app6(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
 {
-	long a[6];
-
-	TAKE_ARGS(a, nr);
 	shunt_once(&find_once, find);
-	return libc_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return libc_syscall(nr, a0, a1, a2, a3, a4, a5);
 }
 
 int64_t shunt_sys_fake_ns(void)

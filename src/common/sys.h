@@ -20,6 +20,26 @@ static inline long shunt_sys_ret(long r)
 	return r == -1 ? -errno : r;
 }
 
+/* A number and up to six arguments, as seven longs (missing ones 0). */
+#define SHUNT_SYS_L(x) ((long)(x))
+#define SHUNT_SYS_A1(n) SHUNT_SYS_L(n), 0L, 0L, 0L, 0L, 0L, 0L
+#define SHUNT_SYS_A2(n, a) SHUNT_SYS_L(n), SHUNT_SYS_L(a), 0L, 0L, 0L, 0L, 0L
+#define SHUNT_SYS_A3(n, a, b) SHUNT_SYS_L(n), SHUNT_SYS_L(a), SHUNT_SYS_L(b), 0L, 0L, 0L, 0L
+#define SHUNT_SYS_A4(n, a, b, c) \
+	SHUNT_SYS_L(n), SHUNT_SYS_L(a), SHUNT_SYS_L(b), SHUNT_SYS_L(c), 0L, 0L, 0L
+#define SHUNT_SYS_A5(n, a, b, c, d) \
+	SHUNT_SYS_L(n), SHUNT_SYS_L(a), SHUNT_SYS_L(b), SHUNT_SYS_L(c), SHUNT_SYS_L(d), 0L, 0L
+#define SHUNT_SYS_A6(n, a, b, c, d, e) \
+	SHUNT_SYS_L(n), SHUNT_SYS_L(a), SHUNT_SYS_L(b), SHUNT_SYS_L(c), SHUNT_SYS_L(d), \
+	SHUNT_SYS_L(e), 0L
+#define SHUNT_SYS_A7(n, a, b, c, d, e, f) \
+	SHUNT_SYS_L(n), SHUNT_SYS_L(a), SHUNT_SYS_L(b), SHUNT_SYS_L(c), SHUNT_SYS_L(d), \
+	SHUNT_SYS_L(e), SHUNT_SYS_L(f)
+#define SHUNT_SYS_PICK(_1, _2, _3, _4, _5, _6, _7, m, ...) m
+#define SHUNT_SYS_ARGS(...)                                                        \
+	SHUNT_SYS_PICK(__VA_ARGS__, SHUNT_SYS_A7, SHUNT_SYS_A6, SHUNT_SYS_A5,       \
+		       SHUNT_SYS_A4, SHUNT_SYS_A3, SHUNT_SYS_A2, SHUNT_SYS_A1)(__VA_ARGS__)
+
 /*
  * The gate of the library's own system calls: NULL while the process runs
  * under no seccomp filter (the only cost then is loading this pointer and
@@ -43,14 +63,22 @@ enum { SHUNT_SYS_DENIED = EPERM };
  * SHUNT_SYS_DENIED instead of reaching the kernel. Same contract as
  * syscall(2): the result, or -1 with errno set.
  */
-long shunt_syscall(long nr, ...);
+#define shunt_syscall(...) shunt_syscall6(SHUNT_SYS_ARGS(__VA_ARGS__))
+
+/*
+ * The call with all six arguments, the ones not given 0: reading more
+ * variadic arguments than were passed reads the caller's stack (AddressSanitizer
+ * calls it an underflow), so the macros above pad and cast them instead.
+ */
+long shunt_syscall6(long nr, long a0, long a1, long a2, long a3, long a4, long a5);
 
 /*
  * The same call made on the application's behalf (its own syscall(), the
  * calls its wrappers pass on as they are): past the gate, so the kernel
  * applies the filters to it exactly as it would without the library.
  */
-long shunt_syscall_app(long nr, ...);
+#define shunt_syscall_app(...) shunt_syscall_app6(SHUNT_SYS_ARGS(__VA_ARGS__))
+long shunt_syscall_app6(long nr, long a0, long a1, long a2, long a3, long a4, long a5);
 
 /*
  * Set when reading the clock could hurt the process: strict seccomp turns
