@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// A service whose seccomp filter forbids what the library talks to shuntd
-// with: socket(AF_UNIX) fails with EAFNOSUPPORT (as systemd's
-// RestrictAddressFamilies=AF_INET AF_INET6 makes it), sendmsg and recvmsg
-// kill. Its connection made before the filter goes on both ways; the
-// connection it makes afterwards, and the one it accepts afterwards, go
-// through the kernel and work as well.
+// A service whose seccomp filters forbid what the library talks to shuntd
+// with, stacked as systemd stacks them: a first one makes socket(AF_UNIX)
+// fail with EAFNOSUPPORT (RestrictAddressFamilies=AF_INET AF_INET6), a
+// second one kills sendmsg and recvmsg (SystemCallFilter=). Its connection
+// made before the filters goes on both ways; the connection it makes
+// afterwards, and the one it accepts afterwards, go through the kernel and
+// work as well.
 // shunt-expect: shm_connect>=1 shm_accept>=1 kernel_connect>=2 kernel_accept>=2
 // shunt-expect: fallback_seccomp>=1 shm_tx_bytes>=100K
 #include <sys/mman.h>
@@ -71,11 +72,14 @@ static void service(void *arg)
 	t_chan_put(&service_up, 1);
 	t_f_begin(&f);
 	t_f_rule_arg(&f, SYS_socket, 0, AF_UNIX, SECCOMP_RET_ERRNO | EAFNOSUPPORT);
+	t_f_end(&f, SECCOMP_RET_ALLOW);
+	t_f_install(&f, false);
+	t_f_begin(&f);
 	t_f_rule(&f, SYS_sendmsg, SECCOMP_RET_KILL_PROCESS);
 	t_f_rule(&f, SYS_recvmsg, SECCOMP_RET_KILL_PROCESS);
 	t_f_end(&f, SECCOMP_RET_ALLOW);
-	t_f_install(&f, false);
-	printf("service: filter installed\n");
+	t_f_install(&f, true);
+	printf("service: filters installed\n");
 	t_chan_put(&filtered, 1);
 	round_trip(fd, 1, "service, first connection");
 	T_REPORT("service: close", close(fd));
