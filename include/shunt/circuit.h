@@ -94,6 +94,14 @@ struct shunt_circuit_end {
 	_Atomic uint32_t nonblock;	/* O_NONBLOCK of the socket's open file */
 	_Atomic uint32_t rcvlowat;	/* SO_RCVLOWAT as the kernel stored it */
 	_Atomic uint32_t linger_abort;	/* SO_LINGER {1, 0}: the last close resets */
+	/*
+	 * Peer (or holders): set once by a process that may have to wake this
+	 * end's sleepers but cannot make the futex call (a seccomp filter
+	 * forbids it). Sleepers then wake by themselves every little while
+	 * (wait.c) instead of sleeping until woken. A hint like the rest: a
+	 * peer that lies about it only makes our sleepers look more often.
+	 */
+	_Atomic uint32_t nap;
 	_Atomic int64_t rcvtimeo_us;	/* SO_RCVTIMEO, 0: none, < 0: never wait */
 	_Atomic int64_t sndtimeo_us;	/* SO_SNDTIMEO, 0: none, < 0: never wait */
 	_Atomic uint32_t sndbuf;	/* SO_SNDBUF as read back once set, 0: never set */
@@ -151,6 +159,8 @@ struct shunt_circuit_hdr {
 _Static_assert(sizeof(struct shunt_circuit_end) == 4 * SHUNT_SHARE_APART, "four blocks");
 _Static_assert(offsetof(struct shunt_circuit_end, cork_deadline) + 8 <= SHUNT_SHARE_APART,
 	       "options in the first block");
+_Static_assert(offsetof(struct shunt_circuit_end, nap) == 44, "layout v3: nap in what was padding");
+_Static_assert(offsetof(struct shunt_circuit_end, rcvtimeo_us) == 48, "layout v3");
 _Static_assert(offsetof(struct shunt_circuit_end, route) == SHUNT_SHARE_APART, "routes apart");
 _Static_assert(offsetof(struct shunt_circuit_end, pid_overflow) + 4 <= 2 * SHUNT_SHARE_APART,
 	       "pids with the routes");

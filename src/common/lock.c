@@ -12,15 +12,8 @@
 enum {
 	SPINS = 200,			/* the owner is copying: it is done in a moment */
 	CHECK_NS = 10 * 1000 * 1000,	/* how often a sleeper looks whether the owner lives */
+	NAP_NS = 200 * 1000,		/* how often it looks when a filter forbids the futex */
 };
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void relax(void)
 {
@@ -31,7 +24,10 @@ static void relax(void)
 #endif
 }
 
-/* Whether the process @owner is gone (a zombie still counts as there). */
+/*
+ * Whether the process @owner is gone (a zombie still counts as there, and so
+ * does one a seccomp filter keeps us from asking about).
+ */
 static bool owner_gone(uint32_t owner, uint32_t me)
 {
 	if (owner == 0 || owner == me)
@@ -41,6 +37,8 @@ static bool owner_gone(uint32_t owner, uint32_t me)
 
 int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline, bool *other)
 {
+	int64_t napped = 0;
+
 	*other = true;
 	for (int i = 0; i < SPINS; i++) {
 		bool o;
@@ -70,7 +68,7 @@ int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline, bool 
 			v |= SHUNT_LOCK_WAITERS;
 		}
 		if (deadline) {
-			int64_t left = deadline - now_ns();
+			int64_t left = deadline - shunt_sys_now_ns();
 
 			if (left <= 0)
 				return -ETIMEDOUT;
@@ -78,6 +76,17 @@ int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline, bool 
 				rel.tv_nsec = left;
 		}
 		r = shunt_futex_wait(word, v, &rel);
+		/*
+		 * A seccomp filter forbids the futex: look again after a nap
+		 * (an owner that cannot wake us is just as fine, we look anyway).
+		 */
+		if (r == -SHUNT_SYS_DENIED) {
+			shunt_sys_nap(rel.tv_nsec < NAP_NS ? rel.tv_nsec : NAP_NS);
+			napped += NAP_NS;
+			r = napped >= CHECK_NS ? -ETIMEDOUT : 0;
+			if (r)
+				napped = 0;
+		}
 		/* Still the same owner after a while: it may have died holding the lock. */
 		if (r == -ETIMEDOUT && owner_gone(v & SHUNT_LOCK_OWNER, me) &&
 		    atomic_compare_exchange_strong_explicit(

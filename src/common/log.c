@@ -2,6 +2,7 @@
 /* Logging to stderr with a program prefix and a level chosen once at start. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -14,6 +15,12 @@
 /* Written once by shunt_log_setup before any thread logs. */
 static const char *log_prefix = "shunt";
 static enum shunt_log_level log_level = SHUNT_LOG_WARN;
+static _Atomic int known_pid;	/* for when getpid is forbidden (seccomp) */
+
+void shunt_log_set_pid(int pid)
+{
+	atomic_store_explicit(&known_pid, pid, memory_order_relaxed);
+}
 
 void shunt_log_setup(const char *prefix, enum shunt_log_level level)
 {
@@ -47,7 +54,12 @@ void shunt_log(enum shunt_log_level level, const char *fmt, ...)
 
 	if (!shunt_log_enabled(level))
 		return;
-	n = snprintf(line, sizeof(line), "%s[%d]: ", log_prefix, (int)getpid());
+	/* Through the gate: in the preload, a seccomp filter may forbid getpid. */
+	long pid = shunt_syscall(SYS_getpid);
+
+	if (pid < 0)
+		pid = atomic_load_explicit(&known_pid, memory_order_relaxed);
+	n = snprintf(line, sizeof(line), "%s[%ld]: ", log_prefix, pid);
 	va_start(ap, fmt);
 	n += vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 	va_end(ap);

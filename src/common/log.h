@@ -14,6 +14,9 @@ enum shunt_log_level {
 /* Set the prefix ("shunt", "shuntd") and level. Call once before logging. */
 void shunt_log_setup(const char *prefix, enum shunt_log_level level);
 
+/* The pid to print when a seccomp filter forbids asking for it. */
+void shunt_log_set_pid(int pid);
+
 /* Parse "quiet|error|warn|info|debug" (NULL: @dflt). */
 enum shunt_log_level shunt_log_parse(const char *s, enum shunt_log_level dflt);
 

@@ -33,7 +33,14 @@ bool shunt_wake_end(struct shunt_circuit_end *end, unsigned why)
 	if (((why & SHUNT_WAKE_RX) && atomic_load_explicit(&end->rx_waiters, memory_order_relaxed)) ||
 	    ((why & SHUNT_WAKE_TX) && atomic_load_explicit(&end->tx_waiters, memory_order_relaxed))) {
 		atomic_fetch_add_explicit(&end->wake, 1, memory_order_relaxed);
-		shunt_futex_wake(&end->wake, INT_MAX);
+		/*
+		 * A seccomp filter forbids the wake: sleepers that come later
+		 * nap instead (those asleep already were woken, and told, when
+		 * the filter was installed: preload/sandbox.c).
+		 */
+		if (!shunt_futex_wake(&end->wake, INT_MAX) &&
+		    !atomic_load_explicit(&end->nap, memory_order_relaxed))
+			atomic_store_explicit(&end->nap, 1, memory_order_relaxed);
 	}
 	return atomic_load_explicit(&end->evented, memory_order_relaxed) != 0;
 }

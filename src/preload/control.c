@@ -16,6 +16,8 @@
 #include "preload/fdlimit.h"
 #include "preload/plink.h"
 #include "preload/relisten.h"
+#include "preload/sandbox.h"
+#include "preload/seccomp.h"
 #include "preload/stats.h"
 #include "preload/util.h"
 
@@ -113,6 +115,40 @@ static void close_quietly_locked(void)
 	ctl_retry_at = shunt_now_ns() + 1000000000;
 }
 
+/*
+ * Whether filter stack @c lets us talk to shuntd over @fd (-1: no session
+ * yet): open the socket and connect it, then send and receive on it. Both
+ * directions are judged before anything is sent, since half an exchange
+ * would drop the session, and with it everything it holds at shuntd.
+ */
+static bool may_ask(const struct shunt_chain *c, int fd)
+{
+	if (!c)
+		return true;
+	if (fd < 0) {
+		/* Its number is not known yet: the gate judges the real calls too. */
+		if (!shunt_chain_allows(c, SYS_socket, (const long[6]){ AF_UNIX,
+					SOCK_SEQPACKET | SOCK_CLOEXEC, 0 }) ||
+		    !shunt_chain_allows(c, SYS_connect, (const long[6]){ 0, 0, sizeof(ctl_addr) }))
+			return false;
+		fd = 0;
+	}
+	return shunt_chain_allows(c, SYS_sendmsg, (const long[6]){ fd, 0, MSG_NOSIGNAL }) &&
+	       shunt_chain_allows(c, SYS_recvmsg, (const long[6]){ fd, 0, MSG_CMSG_CLOEXEC });
+}
+
+bool shunt_ctl_usable(const struct shunt_chain *c)
+{
+	bool ok;
+
+	if (!c)
+		return true;
+	pthread_mutex_lock(&ctl_lock);
+	ok = may_ask(c, ctl_fd);
+	pthread_mutex_unlock(&ctl_lock);
+	return ok;
+}
+
 static int open_session_locked(void)
 {
 	struct shunt_msg_hello hello;
@@ -121,7 +157,8 @@ static int open_session_locked(void)
 
 	if (ctl_fd >= 0)
 		return 0;
-	if (!ctl_addr.sun_path[0] || shunt_now_ns() < ctl_retry_at)
+	if (!ctl_addr.sun_path[0] || shunt_now_ns() < ctl_retry_at ||
+	    !may_ask(shunt_seccomp_chain(), -1))
 		return -ENOTCONN;
 	fd = (int)shunt_syscall(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -241,6 +278,9 @@ static int request(void *req, const int *fds, unsigned nfds, struct answer *a)
 
 	pthread_mutex_lock(&ctl_lock);
 	r = open_session_locked();
+	/* A seccomp filter that forbids the exchange: as if shuntd were gone. */
+	if (r == 0 && !may_ask(shunt_seccomp_chain(), ctl_fd))
+		r = -ENOTCONN;
 	if (r == 0) {
 		r = exchange_locked(req, fds, nfds, a);
 	} else {
@@ -297,7 +337,8 @@ int shunt_ctl_claim(uint64_t ticket, uint64_t secret)
 static void notify(void *msg)
 {
 	pthread_mutex_lock(&ctl_lock);
-	if (ctl_fd >= 0) {
+	/* Not sent when a filter forbids it: shuntd cleans up when we exit. */
+	if (ctl_fd >= 0 && may_ask(shunt_seccomp_chain(), ctl_fd)) {
 		((struct shunt_msg_hdr *)msg)->seq = ++ctl_seq;
 		int r = shunt_proto_send(ctl_fd, msg, NULL, 0);
 
@@ -313,6 +354,9 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, int *doorbell
 	struct answer a = { .want = refresh ? 0 : 1 };
 	int r;
 
+	/* Not a new registration that could not be served once made. */
+	if (!refresh && shunt_seccomp_active() && !shunt_sandbox_circuits_ok(shunt_seccomp_chain()))
+		return -ENOTCONN;
 	shunt_proto_init(&m, SHUNT_MSG_LISTEN, sizeof(m), 0);
 	m.listener = refresh;
 	r = request(&m, &fd, 1, &a);
@@ -451,6 +495,11 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 	struct shunt_msg_connect m;
 	int r;
 
+	/* A seccomp filter forbids what the circuit would need: the kernel connects. */
+	if (shunt_seccomp_active() && !shunt_sandbox_circuits_ok(shunt_seccomp_chain())) {
+		shunt_stats.fallback_seccomp++;
+		return -ENOTCONN;
+	}
 	shunt_proto_init(&m, SHUNT_MSG_CONNECT, sizeof(m), 0);
 	m.dst = *dst;
 	m.flags = flags;

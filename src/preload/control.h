@@ -27,6 +27,17 @@ struct shunt_grant {
 /* Set up from the environment (SHUNT_SOCKET); called once by init. */
 void shunt_ctl_init(void);
 
+struct shunt_chain;
+
+/*
+ * Whether seccomp filter stack @c (NULL: none) lets this process exchange
+ * messages with shuntd (and open a session first, if it has none). While
+ * the filters in force do not, every request fails with -ENOTCONN, as when
+ * shuntd is gone, without touching the session: closing it would end at
+ * shuntd what this process still holds.
+ */
+bool shunt_ctl_usable(const struct shunt_chain *c);
+
 /* Around fork: no thread may be half-way through an exchange with shuntd. */
 void shunt_ctl_fork_prepare(void);
 void shunt_ctl_fork_parent(void);

@@ -19,11 +19,40 @@
 #include "preload/fault.h"
 #include "preload/notice.h"
 #include "preload/ops.h"
+#include "preload/seccomp.h"
 #include "preload/sock.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
 #define TOMBSTONE ((void *)1)
+
+enum {
+	NAP_MIN_NS = 50 * 1000,		/* naps, when the hub cannot be slept on */
+	NAP_MAX_NS = 2 * 1000 * 1000,
+};
+
+/*
+ * epoll_pwait2 with a relative timeout (NULL: none), or, when a seccomp
+ * filter forbids it, epoll_pwait and then epoll_wait (milliseconds, rounded
+ * up): the calls a filter that lets the program wait in epoll may allow.
+ * The result, or -1 with errno.
+ */
+static long kernel_wait(int kfd, struct epoll_event *k, int n, const struct timespec *ts,
+			const sigset_t *mask)
+{
+	long r = shunt_syscall(SYS_epoll_pwait2, kfd, k, n, ts, mask, mask ? _NSIG / 8 : 0);
+	int64_t ms;
+
+	if (r >= 0 || errno != SHUNT_SYS_DENIED)
+		return r;
+	ms = ts ? ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000 : -1;
+	if (ms > INT_MAX)
+		ms = INT_MAX;
+	r = shunt_syscall(SYS_epoll_pwait, kfd, k, n, ms, mask, mask ? _NSIG / 8 : 0);
+	if (r >= 0 || errno != SHUNT_SYS_DENIED || mask)
+		return r;
+	return shunt_syscall(SYS_epoll_wait, kfd, k, n, ms);
+}
 
 /*
  * The events being gathered, straight into the program's array: the kernel
@@ -125,6 +154,11 @@ static int harvest_now(struct shunt_epoll *ep, struct harvest *h)
 	if (h->full || room <= 0)
 		return 0;
 	nk = (int)shunt_syscall(SYS_epoll_wait, ep->kfd, h->out + first, room, 0);
+	if (nk < 0 && errno == SHUNT_SYS_DENIED) {
+		struct timespec zero = { 0, 0 };
+
+		nk = (int)kernel_wait(ep->kfd, h->out + first, room, &zero, NULL);
+	}
 	if (nk < 0 && errno == EFAULT) {
 		h->full = true;		/* the kernel kept the event it could not write */
 		return 0;
@@ -219,8 +253,7 @@ static int sleep_kernel(struct shunt_epoll *ep, struct harvest *h, int64_t deadl
 		ts.tv_nsec = left % 1000000000;
 		tsp = &ts;
 	}
-	nk = (int)shunt_syscall(SYS_epoll_pwait2, ep->kfd, h->out + first, room, tsp, mask,
-			  mask ? _NSIG / 8 : 0);
+	nk = (int)kernel_wait(ep->kfd, h->out + first, room, tsp, mask);
 	if (nk < 0 && errno == EFAULT) {
 		h->full = true;		/* the kernel kept the event it could not write */
 		return 0;
@@ -229,6 +262,23 @@ static int sleep_kernel(struct shunt_epoll *ep, struct harvest *h, int64_t deadl
 		return -errno;
 	absorb(ep, first, nk, h);
 	return nk;
+}
+
+/*
+ * Whether the hub can be put in the instance and drained: a seccomp filter
+ * may forbid either, and then a sleeper naps instead (a ready hub left in
+ * the instance would wake it at once, forever).
+ */
+static bool hub_sleep_ok(struct shunt_epoll *ep)
+{
+	int hub = shunt_notice_hub();
+
+	if (hub < 0)
+		return false;
+	return !shunt_seccomp_active() ||
+	       (shunt_seccomp_allows(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_ADD, hub) &&
+		shunt_seccomp_allows(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_DEL, hub) &&
+		shunt_seccomp_allows(SYS_epoll_wait, hub, 0, 32, 0));
 }
 
 /* The first sleeper puts the hub in the instance, the last takes it out. */
@@ -284,7 +334,7 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 {
 	int64_t start = shunt_now_ns();
 	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
-	int64_t spin_ns = mask ? 0 : shunt_wait_spin_ns();
+	int64_t spin_ns = mask ? 0 : shunt_wait_spin_ns(), nap = NAP_MIN_NS;
 	struct harvest h = { .out = events, .max = max };
 	struct epoll_event first;
 
@@ -323,6 +373,20 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 		 * Sleep: announce ourselves (to notifiers through the links, to
 		 * routers through the bell), look once more, then wait.
 		 */
+		if (circuits && !hub_sleep_ok(ep)) {
+			/* Without the hub, circuits are looked at again after a nap. */
+			int64_t until = now + nap;
+
+			nap = nap * 2 < NAP_MAX_NS ? nap * 2 : NAP_MAX_NS;
+			r = sleep_kernel(ep, &h, deadline >= 0 && deadline < until ? deadline : until,
+					 mask);
+			if (r < 0)
+				return r;
+			if (h.n)
+				return h.n;
+			round = UINT_MAX;
+			continue;
+		}
 		hub_sleeper(ep, +1);
 		shunt_notice_sleepers(+1);
 		r = 0;

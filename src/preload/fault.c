@@ -15,6 +15,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "common/once.h"
 #include "common/sys.h"
 #include "preload/fault.h"
 #include "preload/libc.h"
@@ -81,11 +82,18 @@ struct disp {
 static struct disp disps[2];		/* SIGSEGV, SIGBUS */
 static _Atomic bool set_lock;		/* writers of disps, one at a time */
 static void *glibc_restorer;		/* written once by shunt_fault_init */
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static struct shunt_once init_once = SHUNT_ONCE_INIT;
+/* Set before start when the process began under a seccomp filter it cannot know (init.c). */
+static _Atomic bool off;
 
 bool shunt_fault_sig(int sig)
 {
-	return sig == SIGSEGV || sig == SIGBUS;
+	return (sig == SIGSEGV || sig == SIGBUS) && !atomic_load_explicit(&off, memory_order_relaxed);
+}
+
+void shunt_fault_disable(void)
+{
+	atomic_store(&off, true);
 }
 
 static struct disp *disp_of(int sig)
@@ -314,7 +322,8 @@ static void start(void)
 
 void shunt_fault_init(void)
 {
-	pthread_once(&init_once, start);
+	if (!atomic_load_explicit(&off, memory_order_relaxed))
+		shunt_once(&init_once, start);
 }
 
 /* The end of the user half: 47-bit addresses, or 56-bit with five-level paging. */

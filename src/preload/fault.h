@@ -69,6 +69,14 @@ void shunt_iov_free(struct iovec *iov, struct iovec fast[SHUNT_FAST_IOV]);
  * set earlier by a library loaded before us) are recorded as its own and
  * the library's handler stands in. Once, from the library's start.
  */
+/*
+ * The process began under a seccomp filter the library cannot see (exec'd
+ * into a sandbox): it must not install handlers the filter may forbid, so
+ * it keeps none. The program's dispositions are then its own, untouched,
+ * and a bad pointer on a socket of the library faults (which, the library
+ * being off there, only the C library's own calls meet).
+ */
+void shunt_fault_disable(void);
 void shunt_fault_init(void);
 
 /* Whether @sig is one the library stands in for (SIGSEGV, SIGBUS). */

@@ -157,11 +157,19 @@ struct shunt_epoll *shunt_fdt_get_epoll(int fd)
 }
 
 /* The inode of the socket open as @fd, or 0 if it is not an open socket. */
+/*
+ * The socket inode behind @fd; 0 when it is no socket; UNKNOWN when it
+ * cannot be told (a seccomp filter forbids fstat): then nothing is stale.
+ */
+enum { UNKNOWN = 1 };
+
 static uint64_t sock_ident(int fd)
 {
 	struct stat st;
 
-	if (shunt_syscall(SYS_fstat, fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+	if (shunt_syscall(SYS_fstat, fd, &st) < 0)
+		return errno == SHUNT_SYS_DENIED ? UNKNOWN : 0;
+	if (!S_ISSOCK(st.st_mode))
 		return 0;
 	return (uint64_t)st.st_ino;
 }
@@ -233,13 +241,17 @@ void shunt_fdt_forget(int fd)
 /* Whether @f is still the kernel file open as @fd. */
 static bool still_same(int fd, struct shunt_file *f)
 {
+	uint64_t now;
 	long r;
 
 	if (f->kind == SHUNT_FILE_SOCK) {
 		uint64_t id = atomic_load_explicit(&f->ident, memory_order_relaxed);
 
-		/* Unknown (the fstat at set failed): nothing to compare with. */
-		return !id || sock_ident(fd) == id;
+		/* Unknown (the fstat at set failed or is forbidden): nothing to compare with. */
+		if (!id || id == UNKNOWN)
+			return true;
+		now = sock_ident(fd);
+		return now == UNKNOWN || now == id;
 	}
 	/* An io_uring ring keeps no descriptor of its own to compare with: trust. */
 	if (f->kind != SHUNT_FILE_EPOLL)

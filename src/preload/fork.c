@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
@@ -59,7 +60,12 @@ void shunt_fork_parent(void)
 
 void shunt_fork_child(void)
 {
-	shunt_pid = (uint32_t)getpid();
+	/* Through the seccomp gate: a filter may forbid getpid (the parent's pid stays). */
+	long pid = shunt_syscall(SYS_getpid);
+
+	if (pid > 0)
+		shunt_pid = (uint32_t)pid;
+	shunt_log_set_pid((int)shunt_pid);
 	shunt_epoll_fork_child();
 	shunt_sock_fork_child();
 	shunt_ctl_after_fork();

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: MIT
 /*
- * Start of the library, once per process (pthread_once, from the
+ * Start of the library, once per process (shunt_once, from the
  * constructor or whichever wrapper runs first), and what a fork child must
- * redo. SHUNT_DISABLE=1 turns every socket into a plain kernel socket.
+ * redo. SHUNT_DISABLE=1 turns every socket into a plain kernel socket; so
+ * does starting under a seccomp filter the library never saw installed.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/once.h"
+#include "common/sys.h"
 #include "preload/control.h"
 #include "preload/fault.h"
 #include "preload/fdtable.h"
@@ -19,12 +23,13 @@
 #include "preload/libc.h"
 #include "preload/notice.h"
 #include "preload/ops.h"
+#include "preload/seccomp.h"
 #include "preload/stats.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
 _Atomic bool shunt_ready;
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static struct shunt_once init_once = SHUNT_ONCE_INIT;
 static bool enabled;		/* written once by init */
 
 bool shunt_enabled(void)
@@ -32,16 +37,52 @@ bool shunt_enabled(void)
 	return enabled;
 }
 
+/*
+ * Said only when asked for (SHUNT_LOG=info), with a call the gate does not
+ * judge: the one system call of the library's own under an unknown filter,
+ * a write to stderr, which a program that has a stderr is allowed.
+ */
+static void say_filtered(void)
+{
+	static const char msg[] = "]: started under a seccomp filter this library did not see "
+				  "installed; every socket stays with the kernel\n";
+	char line[256];
+	int n;
+
+	if (!shunt_log_enabled(SHUNT_LOG_INFO))
+		return;
+	n = snprintf(line, sizeof(line), "shunt[%u%s", shunt_pid, msg);
+	if (n > 0 && n < (int)sizeof(line))
+		(void)!shunt_syscall_app(SYS_write, 2, line, (long)n);
+}
+
 static void init(void)
 {
 	const char *off = getenv("SHUNT_DISABLE");
+	unsigned pid;
+	/*
+	 * First of all: a process exec'd into a seccomp sandbox must not be
+	 * killed for a call of ours, so nothing else is asked of the kernel
+	 * before we know (getpid() included).
+	 */
+	bool filtered = shunt_seccomp_start(&pid);
 
-	shunt_pid = (uint32_t)getpid();
+	shunt_pid = filtered ? pid : (uint32_t)getpid();
+	shunt_log_set_pid((int)shunt_pid);
 	shunt_libc_resolve();
-	/* Before anything reads program memory, and before the program asks for its handlers. */
-	shunt_fault_init();
+	/*
+	 * Before anything reads program memory, and before the program asks
+	 * for its handlers; not under a filter we cannot see, which may kill
+	 * the process for rt_sigaction.
+	 */
+	if (filtered)
+		shunt_fault_disable();
+	else
+		shunt_fault_init();
 	shunt_log_setup("shunt", shunt_log_parse(getenv("SHUNT_LOG"), SHUNT_LOG_WARN));
-	enabled = !(off && *off && strcmp(off, "0"));
+	enabled = !(off && *off && strcmp(off, "0")) && !filtered;
+	if (filtered)
+		say_filtered();
 	if (enabled && shunt_fdt_init() < 0)
 		enabled = false;
 	shunt_ctl_init();
@@ -56,7 +97,7 @@ static void init(void)
 
 void shunt_init(void)
 {
-	pthread_once(&init_once, init);
+	shunt_once(&init_once, init);
 }
 
 __attribute__((constructor)) static void shunt_constructor(void)

@@ -16,6 +16,10 @@
  * hide that), signalfd takes a size too, fcntl's values are the kernel's
  * (F_GETOWN is not translated). Calls on descriptors that are none of ours
  * are made as the program made them.
+ *
+ * libseccomp installs filters with syscall(__NR_seccomp, ...): those go to
+ * the library first (seccomp.c). Every call made for the program goes past
+ * the library's seccomp gate: it is the program's, for its filters to judge.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +43,7 @@
 #include "preload/fault.h"
 #include "preload/init.h"
 #include "preload/ops.h"
+#include "preload/seccomp.h"
 #include "preload/uring.h"
 #include "preload/util.h"
 
@@ -52,9 +57,10 @@ static bool valid_timespec(const struct timespec *ts)
 	return !ts || (ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000);
 }
 
+/* The program's own call, as it made it: past the seccomp gate, for its filters to judge. */
 static long raw(long nr, const long *a)
 {
-	return shunt_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return shunt_syscall_app(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 
 /* A new descriptor from a raw call the library has no wrapper for: as new_fd in intercept_create.c. */
@@ -417,6 +423,12 @@ SHUNT_EXPORT long syscall(long nr, ...)
 		if (shunt_fault_sig((int)a[0]))
 			return shunt_fault_rt_sigaction(a[0], a[1], a[2], a[3]);
 		return raw(nr, a);
+
+	/* seccomp filters the program installs (seccomp.c). */
+	case SYS_seccomp:
+		return shunt_seccomp_syscall(a);
+	case SYS_prctl:
+		return shunt_seccomp_prctl(a);
 	default:
 		return raw(nr, a);
 	}

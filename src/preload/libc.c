@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: MIT
 /* The C library's own versions of the functions libshunt interposes. */
 #include <dlfcn.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
 
+#include "common/once.h"
 #include "common/sys.h"
 #include "preload/libc.h"
 
 struct shunt_libc shunt_libc;
 
-static pthread_once_t resolve_once = PTHREAD_ONCE_INIT;
+static struct shunt_once resolve_once = SHUNT_ONCE_INIT;
 
 static void die_missing(const char *name)
 {
@@ -52,5 +52,5 @@ static void resolve(void)
 
 void shunt_libc_resolve(void)
 {
-	pthread_once(&resolve_once, resolve);
+	shunt_once(&resolve_once, resolve);
 }

@@ -140,7 +140,7 @@ struct shunt_libc {
 extern struct shunt_libc shunt_libc;
 
 /*
- * Resolve every symbol once (pthread_once), aborting with a message naming
+ * Resolve every symbol once (shunt_once), aborting with a message naming
  * the symbol if one is missing: a half-resolved table would turn a call of
  * the application into a jump to NULL. Cheap after the first call.
  */

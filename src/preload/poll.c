@@ -4,12 +4,13 @@
  * and kernel descriptors together. Circuits are checked in user space,
  * kernel descriptors with a zero-timeout ppoll; after a short spin the
  * thread sleeps in one ppoll on the kernel descriptors plus the notice hub,
- * after arming the circuits so that their peers post notices.
+ * after arming the circuits so that their peers post notices. Under a
+ * seccomp filter that keeps the hub from it, it sleeps in short naps.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 
 #include "common/sys.h"
@@ -21,6 +22,7 @@
 #include "preload/libc.h"
 #include "preload/notice.h"
 #include "preload/ops.h"
+#include "preload/seccomp.h"
 #include "preload/sock.h"
 #include "preload/util.h"
 #include "preload/wait.h"
@@ -206,6 +208,11 @@ static int set_collect(struct poll_set *ps)
 	return count;
 }
 
+enum {
+	NAP_MIN_NS = 50 * 1000,		/* naps, when the hub cannot be slept on */
+	NAP_MAX_NS = 2 * 1000 * 1000,
+};
+
 static int kernel_poll(struct poll_set *ps, int nk, const struct timespec *ts,
 		       const sigset_t *mask)
 {
@@ -213,7 +220,28 @@ static int kernel_poll(struct poll_set *ps, int nk, const struct timespec *ts,
 		return 0;
 	long r = shunt_syscall(SYS_ppoll, ps->k, nk, ts, mask, mask ? _NSIG / 8 : 0);
 
+	/* A filter that allows poll(2) and not ppoll (the program calls poll()). */
+	if (r < 0 && errno == SHUNT_SYS_DENIED && !mask) {
+		int64_t ms = ts ? ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000 : -1;
+
+		r = shunt_syscall(SYS_poll, ps->k, nk, ms > INT_MAX ? INT_MAX : ms);
+	}
+	/* Nothing of the kernel's to watch (a select() on circuits only): a nap will do. */
+	if (r < 0 && errno == SHUNT_SYS_DENIED && !nk && ts)
+		return shunt_sys_nap(ts->tv_sec * 1000000000 + ts->tv_nsec);
 	return r < 0 ? -errno : (int)r;
+}
+
+/*
+ * Whether sleeping on the notice hub works here: it must be drained with
+ * epoll_wait (a ready hub would otherwise wake us at once, forever) and the
+ * thread needs its kick descriptor. A seccomp filter may forbid either.
+ */
+static bool hub_sleep_ok(int hub, int kick)
+{
+	if (hub < 0 || kick < 0)
+		return false;
+	return !shunt_seccomp_active() || shunt_seccomp_allows(SYS_epoll_wait, hub, 0, 32, 0);
 }
 
 /* Announce (or withdraw) this thread as a sleeper on every circuit of the set. */
@@ -235,6 +263,7 @@ static void arm(struct poll_set *ps, int delta)
 static int poll_run(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
 {
 	int64_t start = shunt_now_ns(), spin_ns = mask ? 0 : shunt_wait_spin_ns();
+	int64_t nap = NAP_MIN_NS;
 	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
 	struct timespec zero = { 0, 0 };
 	struct poll_set ps;
@@ -274,8 +303,12 @@ static int poll_run(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigs
 		int nk = ps.nk, hub = ps.has_circuits ? shunt_notice_hub() : -1;
 		/* Listed before the drain below: a drain after it kicks us (see notice.c). */
 		int kick = hub >= 0 ? shunt_notice_kick_begin() : -1;
+		/* Without the hub, circuits are looked at again after a nap. */
+		bool napping = ps.has_circuits && !hub_sleep_ok(hub, kick);
 
-		if (kick >= 0)
+		if (napping)
+			hub = -1;
+		if (kick >= 0 && !napping)
 			ps.k[nk++] = (struct pollfd){ kick, POLLIN, 0 };
 		if (hub >= 0)
 			ps.k[nk++] = (struct pollfd){ hub, POLLIN, 0 };
@@ -283,9 +316,11 @@ static int poll_run(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigs
 		shunt_notice_drain(false);
 		count = set_collect(&ps);
 		if (!count) {
-			if (deadline >= 0) {
-				int64_t l = deadline - shunt_now_ns();
+			int64_t l = deadline >= 0 ? deadline - shunt_now_ns() : INT64_MAX;
 
+			if (napping && l > nap)
+				l = nap;
+			if (l != INT64_MAX) {
 				if (l < 0)
 					l = 0;
 				left.tv_sec = l / 1000000000;
@@ -294,6 +329,8 @@ static int poll_run(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigs
 			}
 			r = kernel_poll(&ps, nk, lp, mask);
 			hub_fired = hub >= 0 && (ps.k[nk - 1].revents & POLLIN);
+			if (napping)
+				nap = nap * 2 < NAP_MAX_NS ? nap * 2 : NAP_MAX_NS;
 		}
 		arm(&ps, -1);
 		if (kick >= 0)

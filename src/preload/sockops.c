@@ -29,6 +29,8 @@
 #include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/relisten.h"
+#include "preload/sandbox.h"
+#include "preload/seccomp.h"
 #include "preload/sock.h"
 #include "preload/stats.h"
 #include "preload/util.h"
@@ -885,7 +887,7 @@ int shunt_op_close_range(unsigned first, unsigned last, int flags)
 		last = (unsigned)(shunt_fdlimit_reserve_start() - 1);
 	/* Close-on-exec only: our own descriptors have it already. */
 	if (flags & CLOSE_RANGE_CLOEXEC)
-		return (int)libc_ret(shunt_syscall(SYS_close_range, first, last, flags));
+		return (int)libc_ret(shunt_syscall_app(SYS_close_range, first, last, flags));
 	/*
 	 * Our sockets one by one (so each is released as close() would), and
 	 * the rest in ranges around the library's own descriptors, which the
@@ -895,14 +897,14 @@ int shunt_op_close_range(unsigned first, unsigned last, int flags)
 		if (shunt_fdt_is_ours((int)fd)) {
 			shunt_op_close((int)fd);
 		} else if (shunt_fdt_is_hidden((int)fd)) {
-			if (lo < fd && shunt_syscall(SYS_close_range, lo, (unsigned)fd - 1, flags) < 0)
+			if (lo < fd && shunt_syscall_app(SYS_close_range, lo, (unsigned)fd - 1, flags) < 0)
 				return -errno;
 			lo = (unsigned)fd + 1;
 		}
 	}
 	if (lo > last)
 		return 0;
-	return (int)libc_ret(shunt_syscall(SYS_close_range, lo, last, flags));
+	return (int)libc_ret(shunt_syscall_app(SYS_close_range, lo, last, flags));
 }
 
 void shunt_op_dup(int oldfd, int newfd)
@@ -949,7 +951,9 @@ void shunt_op_adopt_listener(int fd)
 	struct stat st;
 	long fl;
 
+	/* Under a seccomp filter that leaves it kernel-only anyway, not even a look. */
 	if (!shunt_enabled() || shunt_fdt_is_ours(fd) || shunt_fdt_is_hidden(fd) ||
+	    (shunt_seccomp_active() && !shunt_sandbox_circuits_ok(shunt_seccomp_chain())) ||
 	    fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return;
 	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||

@@ -22,6 +22,7 @@ struct shunt_stats {
 	_Atomic uint64_t fallback_policy;	/* the policy left the connect to the kernel */
 	_Atomic uint64_t fallback_limit;	/* a tenant's limit did */
 	_Atomic uint64_t policy_refused;	/* the policy refused the connect */
+	_Atomic uint64_t fallback_seccomp;	/* a seccomp filter forbids what a circuit needs */
 	_Atomic int max_fd;			/* highest fd ever made a shunt socket */
 };
 
@@ -29,6 +30,12 @@ extern struct shunt_stats shunt_stats;
 
 /* Read SHUNT_STATS and arrange for the report at exit. */
 void shunt_stats_init(void);
+
+/*
+ * Open the report's file now and keep it (hidden) for the exit: a seccomp
+ * filter about to be installed may forbid opening files by then.
+ */
+void shunt_stats_keep_open(void);
 
 /* Note that @fd became a shunt socket (for the exit report's walk). */
 void shunt_stats_saw_fd(int fd);

@@ -298,7 +298,7 @@ static bool attaches_to_unpolled(const struct shunt_iou_params *up)
 static long setup(unsigned entries, struct shunt_iou_params *up)
 {
 	struct shunt_uring *u;
-	long fd = shunt_sys_ret(shunt_syscall(SYS_io_uring_setup, entries, up));
+	long fd = shunt_sys_ret(shunt_syscall_app(SYS_io_uring_setup, entries, up));
 	uint32_t flags;
 
 	pthread_once(&once, init_once);
@@ -354,7 +354,7 @@ made:
 static long enter_raw(int fd, unsigned to_submit, unsigned min_complete, unsigned flags,
 		      const void *arg, size_t argsz)
 {
-	return shunt_sys_ret(shunt_syscall(SYS_io_uring_enter, fd, to_submit, min_complete, flags,
+	return shunt_sys_ret(shunt_syscall_app(SYS_io_uring_enter, fd, to_submit, min_complete, flags,
 					   arg, argsz));
 }
 
@@ -453,7 +453,7 @@ static void resized(int fd, bool registered_index, const struct shunt_iou_params
 
 static long reg(int fd, unsigned op, void *arg, unsigned nr)
 {
-	long r = shunt_sys_ret(shunt_syscall(SYS_io_uring_register, fd, op, arg, nr));
+	long r = shunt_sys_ret(shunt_syscall_app(SYS_io_uring_register, fd, op, arg, nr));
 	bool by_index = op & SHUNT_IOU_REGISTER_USE_REGISTERED_RING;
 	struct shunt_uring *u;
 

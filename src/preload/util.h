@@ -36,12 +36,11 @@ int shunt_fd_dup_hidden(int fd);
 
 void shunt_close_hidden(int fd);
 
+
+/* CLOCK_MONOTONIC in nanoseconds, unless a seccomp filter makes it unsafe (common/sys.h). */
 static inline int64_t shunt_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return shunt_sys_now_ns();
 }
 
 /*

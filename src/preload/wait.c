@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
-/* Adaptive waiting: spin, yield, then sleep on the end's futex. */
+/*
+ * Adaptive waiting: spin, yield, then sleep on the end's futex, or in short
+ * naps when a seccomp filter keeps the futex from us or the peer.
+ */
 #include <errno.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -12,6 +14,8 @@
 enum {
 	DEFAULT_SPIN_NS = 50 * 1000,
 	YIELDS = 16,
+	NAP_MIN_NS = 50 * 1000,		/* the first nap when nobody can wake us */
+	NAP_MAX_NS = 2 * 1000 * 1000,	/* and the longest: what an idle wait costs then */
 };
 
 static int64_t spin_ns = DEFAULT_SPIN_NS;	/* written once by init */
@@ -62,7 +66,9 @@ static bool busy_phase(bool (*ready)(void *), void *arg, int64_t deadline)
 	for (int i = 0; i < YIELDS; i++) {
 		if (ready(arg))
 			return true;
-		sched_yield();
+		/* Through the gate: a filter may forbid it, and a spin does as well. */
+		if (shunt_syscall(SYS_sched_yield) < 0)
+			shunt_cpu_relax();
 	}
 	return ready(arg);
 }
@@ -70,10 +76,14 @@ static bool busy_phase(bool (*ready)(void *), void *arg, int64_t deadline)
 int shunt_wait_end(struct shunt_circuit_end *me, _Atomic uint32_t *waiters,
 		   bool (*ready)(void *), void *arg, int64_t deadline)
 {
+	int64_t nap = NAP_MIN_NS;
+
 	if (busy_phase(ready, arg, deadline))
 		return 0;
 	for (;;) {
 		struct timespec rel, *relp = NULL;
+		int64_t left = INT64_MAX;
+		bool napping;
 		uint32_t seq;
 		int r;
 
@@ -89,22 +99,37 @@ int shunt_wait_end(struct shunt_circuit_end *me, _Atomic uint32_t *waiters,
 			return 0;
 		}
 		if (deadline) {
-			int64_t left = deadline - shunt_now_ns();
-
+			left = deadline - shunt_now_ns();
 			if (left <= 0) {
 				atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
 				return -ETIMEDOUT;
 			}
+		}
+		/* Someone who should wake us cannot (see the nap word): look again soon. */
+		napping = atomic_load_explicit(&me->nap, memory_order_relaxed);
+		if (napping && left > nap)
+			left = nap;
+		if (left != INT64_MAX) {
 			rel.tv_sec = left / 1000000000;
 			rel.tv_nsec = left % 1000000000;
 			relp = &rel;
 		}
 		r = shunt_futex_wait(&me->wake, seq, relp);
+		if (r == -SHUNT_SYS_DENIED) {
+			/* Our own filter forbids the futex: nap, whatever woke us or not. */
+			r = shunt_sys_nap(left < nap ? left : nap);
+			napping = true;
+		}
 		atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
 		if (ready(arg))
 			return 0;
 		if (r == -EINTR)
 			return -EINTR;
+		if (napping) {
+			/* A nap ended, not the call's time: only the deadline says that. */
+			nap = nap * 2 < NAP_MAX_NS ? nap * 2 : NAP_MAX_NS;
+			r = 0;
+		}
 		if (r == -ETIMEDOUT || (deadline && shunt_now_ns() >= deadline))
 			return -ETIMEDOUT;
 	}
