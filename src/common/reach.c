@@ -304,6 +304,30 @@ bool shunt_reach_shebang(const char *path, char *interp, size_t n)
 	return true;
 }
 
+bool shunt_reach_resolve(const char *prog, const char *path, char *out, size_t n)
+{
+	const char *p;
+
+	if (!*prog)
+		return false;
+	if (strchr(prog, '/'))
+		return (size_t)snprintf(out, n, "%s", prog) < n;
+	if (!path)
+		path = "/bin:/usr/bin";
+	for (p = path;; p++) {
+		const char *end = strchrnul(p, ':');
+		int dirlen = (int)(end - p);
+		struct stat st;
+
+		if ((size_t)snprintf(out, n, "%.*s%s%s", dirlen, p, dirlen ? "/" : "", prog) < n &&
+		    stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
+			return true;
+		if (!*end)
+			return false;
+		p = end;
+	}
+}
+
 int shunt_reach_why(const char *path, char *why, size_t n)
 {
 	char interp[SHUNT_REACH_SHEBANG_LEN];

@@ -28,6 +28,14 @@ const char *shunt_reach_elf(const char *path);
 bool shunt_reach_shebang(const char *path, char *interp, size_t n);
 
 /*
+ * The file execvp(@prog) would run, in @out (@n bytes): @prog itself when
+ * it has a slash, else the first executable regular file of that name
+ * along @path, a $PATH value (glibc's default when NULL; an empty entry is
+ * the current directory). False if there is none.
+ */
+bool shunt_reach_resolve(const char *prog, const char *path, char *out, size_t n);
+
+/*
  * The file at @path (or, for a #! script, its interpreter) would not load
  * the preload: 1 with a one-line reason in @why ("/bin/busybox is
  * statically linked: its sockets stay on the kernel", truncated to @n).
