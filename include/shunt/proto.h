@@ -30,7 +30,11 @@ enum shunt_msg_type {
 	SHUNT_MSG_FORK = 14,		/* lib -> d, replied */
 	SHUNT_MSG_FORK_DONE = 15,	/* lib -> d, not replied */
 	SHUNT_MSG_DOWNGRADE = 16,	/* lib -> d, replied */
-	SHUNT_MSG_TYPE_MAX = 16,
+	SHUNT_MSG_EXEC = 17,		/* lib -> d, replied */
+	SHUNT_MSG_EXEC_KEEP = 18,	/* lib -> d + the socket kept, replied */
+	SHUNT_MSG_EXEC_DONE = 19,	/* lib -> d, not replied */
+	SHUNT_MSG_EXEC_NEXT = 20,	/* lib -> d, replied (+ circuit memfd) */
+	SHUNT_MSG_TYPE_MAX = 20,
 	SHUNT_MSG_REPLY = 0x8000,	/* or'ed into the type of a reply */
 };
 
@@ -82,6 +86,7 @@ struct shunt_wire_addr {
 
 enum shunt_hello_flags {
 	SHUNT_HELLO_CLAIM = 1u << 0,	/* a fork child takes over its parent's ticket */
+	SHUNT_HELLO_EXEC = 1u << 1,	/* a new image takes over its exec ticket, if any */
 };
 
 struct shunt_msg_hello {
@@ -101,7 +106,11 @@ struct shunt_msg_hello_reply {
 	struct shunt_msg_hdr h;
 	uint64_t session;
 	uint32_t ring_size;		/* default ring size of this daemon */
-	int32_t claim;			/* SHUNT_HELLO_CLAIM: 0, or -errno */
+	/*
+	 * SHUNT_HELLO_CLAIM: 0, or -errno. SHUNT_HELLO_EXEC: how many circuit
+	 * ends the exec ticket kept (each to fetch with EXEC_NEXT), or -ENOENT.
+	 */
+	int32_t claim;
 	uint64_t link;			/* the daemon link's id */
 };
 
@@ -234,13 +243,73 @@ struct shunt_msg_fork_done {
 
 /*
  * DOWNGRADE: a holder is about to lose control of a descriptor of this
- * circuit (exec, SCM_RIGHTS): move the connection onto its companion
+ * circuit (exec of a program without the library, SCM_RIGHTS): move the connection onto its companion
  * kernel sockets. The requester holds the four holders' locks of the
  * circuit (both ends' tx_lock and rx_lock), so no ring moves meanwhile.
  */
 struct shunt_msg_downgrade {
 	struct shunt_msg_hdr h;
 	uint64_t circuit;
+};
+
+/*
+ * Exec: a process about to replace its program with one that runs the
+ * library too keeps its connections on their circuits. EXEC makes an exec
+ * ticket bound to this process (its pid survives exec; its session, whose
+ * socket is close-on-exec, does not). EXEC_KEEP gives the ticket a hold on
+ * one circuit end or listener this session holds, proven with the socket
+ * (for an end with a companion, its inode must be the companion's), and
+ * remembers the socket's inode and @flags for the new image. EXEC_DONE,
+ * after an exec that failed, drops the ticket. The new image's first HELLO,
+ * with SHUNT_HELLO_EXEC, claims the ticket of its pid; EXEC_NEXT then hands
+ * it each kept end once, with its circuit memfd, until SHUNT_NONE. A
+ * ticket nobody claims is dropped when the process exits, or after
+ * SHUNT_EXEC_CLAIM_MS.
+ */
+enum shunt_exec_flags {
+	SHUNT_EXEC_CONNECT_PENDING = 1u << 0,	/* connect said EINPROGRESS, not yet 0 */
+};
+
+enum { SHUNT_EXEC_CLAIM_MS = 30000 };
+
+struct shunt_msg_exec {
+	struct shunt_msg_hdr h;
+};
+
+struct shunt_msg_exec_reply {
+	struct shunt_msg_hdr h;
+	uint64_t ticket;
+};
+
+struct shunt_msg_exec_keep {
+	struct shunt_msg_hdr h;
+	uint64_t ticket;
+	uint64_t circuit;		/* or 0, and: */
+	uint64_t listener;		/* a listener (0 with a circuit) */
+	uint32_t end;			/* enum shunt_end_index, with a circuit */
+	uint32_t flags;			/* enum shunt_exec_flags */
+};
+
+struct shunt_msg_exec_done {
+	struct shunt_msg_hdr h;
+	uint64_t ticket;
+};
+
+struct shunt_msg_exec_next {
+	struct shunt_msg_hdr h;
+};
+
+/* A kept circuit end, as a circuit reply says it, with the socket it was kept with. */
+struct shunt_msg_exec_end {
+	struct shunt_msg_hdr h;
+	uint64_t circuit;
+	uint32_t ring_size;
+	uint8_t end;			/* enum shunt_end_index */
+	uint8_t reserved8;
+	uint16_t flags;			/* enum shunt_exec_flags, as kept */
+	struct shunt_wire_addr local;
+	struct shunt_wire_addr peer;
+	uint64_t inode;			/* of the kernel socket it was kept with */
 };
 
 struct shunt_msg_status {
@@ -295,6 +364,8 @@ _Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v2");
 _Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v2");
 _Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v2");
 _Static_assert(sizeof(struct shunt_msg_link_reply) == 40, "wire v2");
+_Static_assert(sizeof(struct shunt_msg_exec_keep) == 48, "wire v2");
+_Static_assert(sizeof(struct shunt_msg_exec_end) == 104, "wire v2");
 _Static_assert(sizeof(struct shunt_msg_status_conn) <= SHUNT_MSG_MAX, "fits");
 
 #endif

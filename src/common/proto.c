@@ -43,6 +43,13 @@ size_t shunt_proto_size(uint16_t type)
 	case SHUNT_MSG_FORK_DONE: return sizeof(struct shunt_msg_fork_done);
 	case SHUNT_MSG_DOWNGRADE: return sizeof(struct shunt_msg_downgrade);
 	case SHUNT_MSG_DOWNGRADE | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
+	case SHUNT_MSG_EXEC: return sizeof(struct shunt_msg_exec);
+	case SHUNT_MSG_EXEC | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_exec_reply);
+	case SHUNT_MSG_EXEC_KEEP: return sizeof(struct shunt_msg_exec_keep);
+	case SHUNT_MSG_EXEC_KEEP | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
+	case SHUNT_MSG_EXEC_DONE: return sizeof(struct shunt_msg_exec_done);
+	case SHUNT_MSG_EXEC_NEXT: return sizeof(struct shunt_msg_exec_next);
+	case SHUNT_MSG_EXEC_NEXT | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_exec_end);
 	case SHUNT_MSG_STATUS: return sizeof(struct shunt_msg_status);
 	case SHUNT_MSG_STATUS_SESSION: return sizeof(struct shunt_msg_status_session);
 	case SHUNT_MSG_STATUS_LISTENER: return sizeof(struct shunt_msg_status_listener);

@@ -23,7 +23,7 @@
 #include "common/proto.h"
 #include "daemon/shuntd.h"
 
-static struct session *ticket_new(struct shuntd *d, struct session *parent)
+struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent)
 {
 	struct session *t = calloc(1, sizeof(*t));
 
@@ -33,6 +33,8 @@ static struct session *ticket_new(struct shuntd *d, struct session *parent)
 	t->id = shuntd_new_id(d);
 	t->fd = -1;
 	t->pidfd = -1;
+	t->timerfd = -1;
+	t->timer_watch = SHUNTD_WATCH_EXEC_TIMER;
 	t->ticket = true;
 	t->uid = parent->uid;
 	t->gid = parent->gid;
@@ -72,7 +74,7 @@ static int copy_holds(struct session *parent, struct session *t)
 void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_fork *m)
 {
 	struct shunt_msg_fork_reply r;
-	struct session *t = s->ticket ? NULL : ticket_new(d, s);
+	struct session *t = s->ticket ? NULL : shuntd_ticket_new(d, s);
 
 	if (!t) {
 		shuntd_session_reply_status(s, SHUNT_MSG_FORK, m->h.seq, -ENOMEM);
@@ -116,7 +118,7 @@ void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_ms
 {
 	struct session *t = shunt_map_get(&d->sessions, m->ticket);
 
-	if (!t || !t->ticket || t->parent_pid != s->pid || t->pidfd >= 0)
+	if (!t || !t->ticket || t->exec || t->parent_pid != s->pid || t->pidfd >= 0)
 		return;
 	if (m->pid <= 0) {
 		shuntd_session_close(d, t);	/* fork failed: nobody will claim it */
@@ -140,7 +142,7 @@ int shuntd_fork_claim(struct shuntd *d, struct session *s, uint64_t ticket, uint
 	struct session *t = shunt_map_get(&d->sessions, ticket);
 	struct shunt_list *pos, *tmp;
 
-	if (!t || !t->ticket || t->secret != secret || (t->pid && t->pid != s->pid))
+	if (!t || !t->ticket || t->exec || t->secret != secret || (t->pid && t->pid != s->pid))
 		return -EPERM;
 	shunt_list_for_each_safe(pos, tmp, &t->holds) {
 		struct hold *h = shunt_container_of(pos, struct hold, session_node);
