@@ -38,6 +38,16 @@ void shunt_fork_leave(void)
 	pthread_rwlock_unlock(&fork_lock);
 }
 
+void shunt_fork_freeze(void)
+{
+	pthread_rwlock_wrlock(&fork_lock);
+}
+
+void shunt_fork_thaw(void)
+{
+	pthread_rwlock_unlock(&fork_lock);
+}
+
 /* In lock order (notice.h, control.c), so a prepare never waits on a thread waiting on it. */
 void shunt_fork_prepare(void)
 {

@@ -18,6 +18,14 @@
 void shunt_fork_enter(void);
 void shunt_fork_leave(void);
 
+/*
+ * No holding made or dropped from freeze to thaw (the fork lock held
+ * exclusively): around an exec, whose new image must find at shuntd exactly
+ * the sockets it inherits. Not taken when the exec succeeds: the image goes.
+ */
+void shunt_fork_freeze(void);
+void shunt_fork_thaw(void);
+
 /* fork() and vfork() (which may always be a fork). */
 pid_t shunt_op_fork(void);
 

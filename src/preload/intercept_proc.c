@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
  * Exported wrappers of the calls that make processes and replace programs:
- * fork and vfork (the child holds what the parent holds), and the exec
- * family, posix_spawn, system and popen, before which every shunt
- * connection the new program inherits moves onto its kernel socket.
+ * fork and vfork (the child holds what the parent holds); the exec family,
+ * before which every shunt connection the new program inherits is kept in
+ * shared memory for it, or moved onto its kernel socket when it cannot take
+ * it (exec.h); posix_spawn, system and popen, before which such connections
+ * move onto the kernel.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "preload/exec.h"
 #include "preload/fork.h"
 #include "preload/handoff.h"
 #include "preload/init.h"
@@ -36,51 +40,86 @@ SHUNT_EXPORT pid_t vfork(void)
 	return shunt_op_fork();
 }
 
-SHUNT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+/*
+ * Every exec: the connections that survive it are kept for the new image or
+ * moved (shunt_exec_prepare); if the exec returns, it failed, and that is
+ * undone (shunt_exec_failed keeps errno).
+ */
+static struct shunt_exec_undo exec_begin(const struct shunt_exec_target *t)
 {
 	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.execve(path, argv, envp);
+	return shunt_exec_prepare(t);
+}
+
+SHUNT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = envp };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execve(path, argv, envp);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int execv(const char *path, char *const argv[])
 {
-	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.execv(path, argv);
+	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = environ };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execv(path, argv);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int execvp(const char *file, char *const argv[])
 {
-	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.execvp(file, argv);
+	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
+				       .envp = environ };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execvp(file, argv);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.execvpe(file, argv, envp);
+	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
+				       .envp = envp };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execvpe(file, argv, envp);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.fexecve(fd, argv, envp);
+	struct shunt_exec_target t = { .path = "", .dirfd = fd, .at_flags = AT_EMPTY_PATH,
+				       .envp = envp };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.fexecve(fd, argv, envp);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			  int flags)
 {
+	struct shunt_exec_target t = { .path = path, .dirfd = dirfd, .at_flags = flags,
+				       .envp = envp };
+
 	shunt_ensure_init();
 	if (!shunt_libc.execveat) {
 		errno = ENOSYS;
 		return -1;
 	}
-	shunt_handoff_exec();
-	return shunt_libc.execveat(dirfd, path, argv, envp, flags);
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execveat(dirfd, path, argv, envp, flags);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 /*
