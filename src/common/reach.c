@@ -328,6 +328,22 @@ bool shunt_reach_resolve(const char *prog, const char *path, char *out, size_t n
 	}
 }
 
+bool shunt_reach_foreign(const char *path)
+{
+	unsigned char id[EI_NIDENT];
+	struct stat st;
+	int fd = open_regular(path, &st);
+	bool r;
+
+	if (fd < 0)
+		return false;
+	r = read_at(fd, id, sizeof(id), 0) && !memcmp(id, ELFMAG, SELFMAG) &&
+	    (id[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+	     id[EI_DATA] != (BYTE_ORDER == LITTLE_ENDIAN ? ELFDATA2LSB : ELFDATA2MSB));
+	close(fd);
+	return r;
+}
+
 int shunt_reach_why(const char *path, char *why, size_t n)
 {
 	char interp[SHUNT_REACH_SHEBANG_LEN];

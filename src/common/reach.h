@@ -24,6 +24,12 @@ enum { SHUNT_REACH_SHEBANG_LEN = 256 };	/* the kernel's BINPRM_BUF_SIZE */
  */
 const char *shunt_reach_elf(const char *path);
 
+/*
+ * Whether @path is an ELF program of another class or byte order than this
+ * library (a 32-bit one): the loader refuses to preload into it, and says so.
+ */
+bool shunt_reach_foreign(const char *path);
+
 /* The interpreter a "#!" line at the start of @path names, in @interp (@n bytes). */
 bool shunt_reach_shebang(const char *path, char *interp, size_t n);
 

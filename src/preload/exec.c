@@ -112,8 +112,13 @@ static bool cannot_take(const struct shunt_exec_target *t, char *why, size_t n)
 		snprintf(why, n, "its environment sets SHUNT_DISABLE");
 	else if (strcmp(sock, shunt_ctl_path()))
 		snprintf(why, n, "its environment names another shuntd (SHUNT_SOCKET)");
-	else if (!target_file(t, file, sizeof(file)) || !shunt_reach_why(file, why, n))
+	else if (!target_file(t, file, sizeof(file)))
 		return false;	/* a file we cannot find: the exec will say why */
+	else if (shunt_reach_foreign(file))
+		snprintf(why, n, "%s is a program of another kind, which the loader will not "
+			 "preload libshunt into", file);
+	else if (!shunt_reach_why(file, why, n))
+		return false;
 	return true;
 }
 
