@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
  * Exported wrappers of the calls that make processes and replace programs:
- * fork and vfork (the child holds what the parent holds); the exec family,
+ * fork, vfork, _Fork and a clone that copies our memory (the child holds
+ * what the parent holds); the exec family,
  * before which every shunt connection the new program inherits is kept in
  * shared memory for it, or moved onto its kernel socket when it cannot take
  * it (exec.h); posix_spawn, system and popen, before which such connections
  * move onto the kernel.
  */
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -19,7 +21,9 @@
 #include "preload/handoff.h"
 #include "preload/init.h"
 #include "preload/libc.h"
+#include "preload/util.h"
 
+pid_t _Fork(void);
 int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags);
 extern char **environ;
 
@@ -38,6 +42,36 @@ SHUNT_EXPORT pid_t vfork(void)
 {
 	shunt_ensure_init();
 	return shunt_op_fork();
+}
+
+/* _Fork runs no atfork handler of the program; the library's state still needs its own. */
+SHUNT_EXPORT pid_t _Fork(void)
+{
+	int saved = errno;
+
+	shunt_ensure_init();
+	return (pid_t)shunt_ret(shunt_op_fork_bare(), saved);
+}
+
+/*
+ * glibc's clone: a child that copies our memory is a fork for shuntd; one
+ * that shares it (threads, CLONE_VM) goes through untouched.
+ */
+SHUNT_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	va_list ap;
+	pid_t *ptid, *ctid;
+	void *tls;
+	int saved = errno;
+
+	/* glibc's own clone reads these from registers whatever the flags. */
+	va_start(ap, arg);
+	ptid = va_arg(ap, pid_t *);
+	tls = va_arg(ap, void *);
+	ctid = va_arg(ap, pid_t *);
+	va_end(ap);
+	shunt_ensure_init();
+	return (int)shunt_ret(shunt_op_clone(fn, stack, flags, arg, ptid, tls, ctid), saved);
 }
 
 /*

@@ -29,7 +29,7 @@ static int optional(const char *name)
 {
 	return !strcmp(name, "fcntl64") || !strcmp(name, "__ppoll_chk") ||
 	       !strcmp(name, "__poll_chk") || !strcmp(name, "epoll_pwait2") ||
-	       !strcmp(name, "execveat");
+	       !strcmp(name, "execveat") || !strcmp(name, "_Fork");
 }
 
 #define SHUNT_LIBC_ENTRY(ret, name, args) { #name, (void **)&shunt_libc.name },
