@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,30 @@ static pid_t parent_of(pid_t pid)
 	return p ? (pid_t)strtol(p + 6, NULL, 10) : -1;
 }
 
+/*
+ * Whether process @pid has exited (gone, or a zombie): its children then
+ * have another parent already, as a daemon's child has the moment the
+ * parent calls _exit after fork, often before its FORK_DONE is read.
+ */
+static bool exited(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
+
 void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_msg_fork_done *m)
 {
 	struct session *t = shunt_map_get(&d->sessions, m->ticket);
@@ -126,8 +151,12 @@ void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_ms
 	}
 	t->pid = m->pid;
 	t->pidfd = (int)syscall(SYS_pidfd_open, m->pid, 0);
-	/* Gone already, or a pid that is not this parent's child: nobody holds it. */
-	if (t->pidfd >= 0 && parent_of(m->pid) != s->pid) {
+	/*
+	 * Gone already, or a pid that is not this parent's child: nobody holds
+	 * it. A parent that exited has no children to tell by: its word is
+	 * taken (the claim still needs the secret).
+	 */
+	if (t->pidfd >= 0 && parent_of(m->pid) != s->pid && !exited(s->pid)) {
 		shunt_info("session %llu: pid %d is not its child", (unsigned long long)s->id,
 			   (int)m->pid);
 		close(t->pidfd);
