@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * Exported wrappers of the calls that make processes and replace programs:
- * fork, vfork, _Fork and a clone that copies our memory (the child holds
- * what the parent holds); the exec family,
+ * fork, vfork, _Fork, daemon and a clone that copies our memory (the child
+ * holds what the parent holds); the exec family,
  * before which every shunt connection the new program inherits is kept in
  * shared memory for it, or moved onto its kernel socket when it cannot take
  * it (exec.h); posix_spawn, system and popen, before which such connections
@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "preload/exec.h"
@@ -72,6 +73,50 @@ SHUNT_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 	va_end(ap);
 	shunt_ensure_init();
 	return (int)shunt_ret(shunt_op_clone(fn, stack, flags, arg, ptid, tls, ctid), saved);
+}
+
+/*
+ * daemon(3): glibc forks inside it with an internal call no preload sees,
+ * and the parent exits at once, so its session went with everything it
+ * held (the listener a server made before daemonizing, the connections
+ * queued on it), and the child held nothing at shuntd. The same steps, with
+ * a fork of ours, and the descriptors moved onto /dev/null through our dup2.
+ */
+SHUNT_EXPORT int daemon(int nochdir, int noclose)
+{
+	struct stat st;
+	int saved = errno, fd;
+
+	shunt_ensure_init();
+	switch (shunt_op_fork()) {
+	case -1:
+		return -1;
+	case 0:
+		break;
+	default:
+		_exit(0);
+	}
+	if (setsid() < 0)
+		return -1;
+	if (!nochdir)
+		(void)!chdir("/");
+	if (!noclose) {
+		fd = open("/dev/null", O_RDWR);
+		if (fd < 0)
+			return -1;
+		if (fstat(fd, &st) < 0 || !S_ISCHR(st.st_mode)) {
+			close(fd);
+			errno = ENODEV;
+			return -1;
+		}
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		if (fd > STDERR_FILENO)
+			close(fd);
+	}
+	errno = saved;
+	return 0;
 }
 
 /*
