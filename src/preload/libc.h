@@ -84,7 +84,8 @@
 			      const posix_spawnattr_t *, char *const[], char *const[])) \
 	X(int, posix_spawn_file_actions_adddup2, (posix_spawn_file_actions_t *, int, int)) \
 	X(int, system, (const char *)) \
-	X(FILE *, popen, (const char *, const char *))
+	X(FILE *, popen, (const char *, const char *)) \
+	X(FILE *, fdopen, (int, const char *))
 
 #define SHUNT_LIBC_POINTER(ret, name, args) ret (*name) args;
 struct shunt_libc {

@@ -1,18 +1,26 @@
 // SPDX-License-Identifier: MIT
 /*
- * stdin, stdout and stderr on adopted circuits: streams made with
- * fopencookie whose reads and writes call read() and write(), which this
- * library answers. Buffering is what glibc gives a socket (full, stderr
- * none), and fileno() still says 0, 1 or 2.
+ * stdio on shunt sockets: streams made with fopencookie whose reads and
+ * writes call read() and write(), which this library answers, for stdin,
+ * stdout and stderr on adopted circuits and for fdopen(). Buffering is what
+ * glibc gives a socket (full; stderr none), and fileno() still says the
+ * descriptor.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+#include "common/sys.h"
 
 #include "common/log.h"
 #include "preload/fdtable.h"
+#include "preload/init.h"
+#include "preload/libc.h"
 #include "preload/sock.h"
 #include "preload/stdstream.h"
 
@@ -45,8 +53,8 @@ static int cookie_close(void *cookie)
 
 static FILE *made[3];	/* written once, at start, before main() */
 
-/* A stream on @fd like the one glibc made for it, or NULL. */
-static FILE *stream(int fd, const char *mode)
+/* A stream on @fd like the one glibc makes for a socket, or NULL. */
+static FILE *stream(int fd, const char *mode, bool unbuffered)
 {
 	cookie_io_functions_t io = { cookie_read, cookie_write, NULL, cookie_close };
 	FILE *f = fopencookie((void *)(intptr_t)fd, mode, io);
@@ -55,7 +63,7 @@ static FILE *stream(int fd, const char *mode)
 		return NULL;
 	/* fileno() reads it (and reports EBADF for a cookie stream otherwise). */
 	f->_fileno = fd;
-	if (fd == STDERR_FILENO)
+	if (unbuffered)
 		setvbuf(f, NULL, _IONBF, 0);
 	return f;
 }
@@ -88,7 +96,7 @@ void shunt_stdio_adopt(void)
 	bool any = false;
 
 	for (int fd = 0; fd < 3; fd++) {
-		if (!on_circuit(fd) || !(made[fd] = stream(fd, modes[fd])))
+		if (!on_circuit(fd) || !(made[fd] = stream(fd, modes[fd], fd == STDERR_FILENO)))
 			continue;
 		any = true;
 		if (fd == STDIN_FILENO)
@@ -102,4 +110,34 @@ void shunt_stdio_adopt(void)
 		atexit(flush_made);
 		shunt_debug("standard streams on shared-memory connections go through the library");
 	}
+}
+
+FILE *shunt_stdio_fdopen(int fd, const char *mode)
+{
+	long fl = shunt_syscall(SYS_fcntl, fd, F_GETFL);
+	char m[3] = { 0 };
+
+	if (fl < 0)
+		return NULL;	/* errno: EBADF */
+	if (!mode || (mode[0] != 'r' && mode[0] != 'w' && mode[0] != 'a')) {
+		errno = EINVAL;
+		return NULL;
+	}
+	m[0] = mode[0];
+	if (strchr(mode + 1, '+'))
+		m[1] = '+';
+	/* What glibc's fdopen does to the descriptor: close-on-exec for "e", O_APPEND for "a". */
+	if (strchr(mode + 1, 'e'))
+		shunt_syscall(SYS_fcntl, fd, F_SETFD, FD_CLOEXEC);
+	if (mode[0] == 'a' && !(fl & O_APPEND))
+		shunt_syscall(SYS_fcntl, fd, F_SETFL, fl | O_APPEND);
+	return stream(fd, m, false);
+}
+
+SHUNT_EXPORT FILE *fdopen(int fd, const char *mode)
+{
+	shunt_ensure_init();
+	if (!shunt_fdt_is_ours(fd))
+		return shunt_libc.fdopen(fd, mode);
+	return shunt_stdio_fdopen(fd, mode);
 }

@@ -7,6 +7,8 @@
 //   h_stream stdio BYTES  the same through stdio: a header line read with
 //                         fgets, the bytes with fread, a report line with
 //                         printf, the answer with fwrite (flushed at exit)
+//   h_stream fdopen BYTES as stdio, on streams of its own: fdopen(0, "r"),
+//                         fdopen(1, "w")
 //   h_stream plain ...    as raw, and the library must not be loaded
 #include "t_harness.h"
 
@@ -48,17 +50,17 @@ static bool raw(uint64_t bytes)
 	return ok;
 }
 
-static bool with_stdio(uint64_t bytes)
+static bool with_stdio(FILE *in, FILE *out, uint64_t bytes)
 {
 	char line[128];
 	uint64_t sum = T_FNV_OFFSET;
 	bool ok;
 
-	if (!fgets(line, sizeof(line), stdin) || strcmp(line, "hello handler\n"))
+	if (!fgets(line, sizeof(line), in) || strcmp(line, "hello handler\n"))
 		return false;
 	for (uint64_t off = 0; off < bytes;) {
 		size_t want = bytes - off < CHUNK ? (size_t)(bytes - off) : CHUNK;
-		size_t r = fread(buf, 1, want, stdin);
+		size_t r = fread(buf, 1, want, in);
 
 		if (!r)
 			return false;
@@ -67,18 +69,18 @@ static bool with_stdio(uint64_t bytes)
 		sum = t_fnv1a(sum, buf, r);
 		off += r;
 	}
-	ok = fgets(line, sizeof(line), stdin) && !strcmp(line, "that was all\n");
-	printf("handler read %llu bytes, checksum %016llx\n", (unsigned long long)bytes,
-	       (unsigned long long)sum);
+	ok = fgets(line, sizeof(line), in) && !strcmp(line, "that was all\n");
+	fprintf(out, "handler read %llu bytes, checksum %016llx\n", (unsigned long long)bytes,
+		(unsigned long long)sum);
 	for (uint64_t off = 0; off < bytes; off += CHUNK) {
 		size_t n = bytes - off < CHUNK ? (size_t)(bytes - off) : CHUNK;
 
 		t_stream_fill(SEED_OUT, off, buf, n);
-		if (fwrite(buf, 1, n, stdout) != n)
+		if (fwrite(buf, 1, n, out) != n)
 			return false;
 	}
-	printf("bye\n");
-	return ok;	/* stdout is flushed by exit */
+	fprintf(out, "bye\n");
+	return ok;	/* flushed by exit */
 }
 
 int main(int argc, char **argv)
@@ -94,6 +96,13 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "plain"))
 		return t_preloaded() ? EXIT_PRELOADED : raw(bytes) ? 0 : EXIT_BAD_DATA;
 	if (!strcmp(argv[1], "stdio"))
-		return with_stdio(bytes) ? 0 : EXIT_BAD_DATA;
+		return with_stdio(stdin, stdout, bytes) ? 0 : EXIT_BAD_DATA;
+	if (!strcmp(argv[1], "fdopen")) {
+		FILE *in = fdopen(STDIN_FILENO, "r"), *out = fdopen(STDOUT_FILENO, "w");
+
+		if (!in || !out)
+			return EXIT_USAGE;
+		return with_stdio(in, out, bytes) ? 0 : EXIT_BAD_DATA;
+	}
 	return EXIT_USAGE;
 }

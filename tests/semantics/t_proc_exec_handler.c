@@ -3,11 +3,12 @@
 // 1 and execs a handler (h_stream) that moves 100 MiB each way, checked
 // byte by byte; with the library in the handler's environment the
 // connection stays in shared memory across the exec (both ends' bytes, the
-// handler's own stats line included), with stdio in the handler too; a
+// handler's own stats line included), with stdio in the handler too (its
+// stdin and stdout, and streams it fdopen()s on 0 and 1); a
 // handler without LD_PRELOAD still gets every byte (on the kernel). An exec
 // that fails leaves the connection as it was, and a listening socket
 // carried across exec keeps the connections queued on it.
-// shunt-expect: shm_connect>=5 shm_accept>=5 kernel_connect==0 kernel_accept==0
+// shunt-expect: shm_connect>=6 shm_accept>=6 kernel_connect==0 kernel_accept==0
 // shunt-expect: shm_tx_bytes>=200M shm_rx_bytes>=200M
 // t-timeout: 120
 #include "t_harness.h"
@@ -100,7 +101,7 @@ static void exec_handler(int s, const char *mode, uint64_t bytes, bool preloaded
 
 static void inetd(const char *mode, uint64_t bytes, bool preloaded)
 {
-	bool stdio = !strcmp(mode, "stdio");
+	bool stdio = !strcmp(mode, "stdio") || !strcmp(mode, "fdopen");
 	struct feed f = { .bytes = bytes };
 	struct t_addr a;
 	char line[128], want[128];
@@ -263,6 +264,7 @@ int main(int argc, char **argv)
 
 	inetd("raw", BIG, true);
 	inetd("stdio", STDIO_BYTES, true);
+	inetd("fdopen", STDIO_BYTES, true);
 	inetd("plain", 4 << 20, false);
 	exec_fails();
 	listener_across_exec();
