@@ -5,7 +5,9 @@
 // connection stays in shared memory across the exec (both ends' bytes, the
 // handler's own stats line included), with stdio in the handler too (its
 // stdin and stdout, and streams it fdopen()s on 0 and 1); a
-// handler without LD_PRELOAD still gets every byte (on the kernel). An exec
+// handler without LD_PRELOAD, and a statically linked one with the
+// environment kept, still get every byte (on the kernel); a shell that runs
+// cat keeps the connection in shared memory through both. An exec
 // that fails leaves the connection as it was, and a listening socket
 // carried across exec keeps the connections queued on it.
 // shunt-expect: shm_connect>=6 shm_accept>=6 kernel_connect==0 kernel_accept==0
@@ -31,13 +33,14 @@ enum {
 	IMAGE_WATCHDOG_S = 110,
 };
 
-static char handler[4096];
+static char handler[4096], static_cat[4096];
 static const char *self;
 
 struct feed {
 	int fd;
 	uint64_t bytes;
 	const char *before, *after;	// lines around the bytes, or NULL
+	bool shut;			// shutdown(SHUT_WR) after the bytes
 	pthread_t th;
 };
 
@@ -56,6 +59,8 @@ static void *feed(void *arg)
 	}
 	if (f->after)
 		t_send_all(f->fd, f->after, strlen(f->after));
+	if (f->shut && shutdown(f->fd, SHUT_WR) < 0)
+		t_fatal("shutdown");
 	return NULL;
 }
 
@@ -155,6 +160,59 @@ static void inetd(const char *mode, uint64_t bytes, bool preloaded)
 	st = t_wait_child(pid);
 	t_expect(ok && st == 0, "  every byte right both ways, handler exit status %d", st);
 	printf("  then the client sees: %s\n", t_peer_sees(c, T_WAIT_MS));
+	close(c);
+}
+
+// cat, through the client's bytes and back: a shell that runs it (as a
+// child, holding the connection meanwhile), or a static program.
+static void cat_handler(bool shell)
+{
+	char *sh_argv[] = { "sh", "-c", "cat", NULL };
+	char *st_argv[] = { static_cat, NULL };
+	struct feed f = { .bytes = STDIO_BYTES, .shut = true };
+	struct t_addr a;
+	int lfd, c, s, st;
+	bool ok;
+	pid_t pid;
+
+	printf("inetd, handler %s, %d bytes through it:\n",
+	       shell ? "sh -c cat" : "a statically linked cat", STDIO_BYTES);
+	lfd = t_listen_loopback(AF_INET, 4, &a);
+	c = t_connect(&a);
+	s = t_accept(lfd);
+	pid = t_fork_tied(IMAGE_WATCHDOG_S);
+	if (pid == 0) {
+		close(lfd);
+		close(c);
+		if (dup2(s, STDIN_FILENO) < 0 || dup2(s, STDOUT_FILENO) < 0)
+			t_fatal("dup2");
+		close(s);
+		if (shell)
+			execvp("sh", sh_argv);
+		else
+			execve(static_cat, st_argv, environ);
+		_exit(127);
+	}
+	close(s);
+	close(lfd);
+	f.fd = c;
+	if (pthread_create(&f.th, NULL, feed, &f))
+		t_fatal("pthread_create");
+	{
+		static unsigned char buf[CHUNK];
+		uint64_t off = 0;
+		ssize_t r;
+
+		ok = true;
+		while ((r = recv(c, buf, sizeof(buf), 0)) > 0) {
+			ok = ok && t_stream_check(SEED_IN, off, buf, (size_t)r) < 0;
+			off += (uint64_t)r;
+		}
+		ok = ok && r == 0 && off == STDIO_BYTES;
+	}
+	pthread_join(f.th, NULL);
+	st = t_wait_child(pid);
+	t_expect(ok && st == 0, "  every byte came back, then EOF (status %d)", st);
 	close(c);
 }
 
@@ -261,11 +319,15 @@ int main(int argc, char **argv)
 	if (!slash || (size_t)(slash - handler) + sizeof("/h_stream") > sizeof(handler))
 		t_skip("cannot tell where h_stream is from %s", self);
 	strcpy(slash + 1, "h_stream");
+	snprintf(static_cat, sizeof(static_cat), "%s", handler);
+	strcpy(strrchr(static_cat, '/') + 1, "h_static_cat");
 
 	inetd("raw", BIG, true);
 	inetd("stdio", STDIO_BYTES, true);
 	inetd("fdopen", STDIO_BYTES, true);
 	inetd("plain", 4 << 20, false);
+	cat_handler(true);
+	cat_handler(false);
 	exec_fails();
 	listener_across_exec();
 	return t_finish();
