@@ -264,7 +264,10 @@ struct shunt_msg_downgrade {
  * with SHUNT_HELLO_EXEC, claims the ticket of its pid; EXEC_NEXT then hands
  * it each kept end once, with its circuit memfd, until SHUNT_NONE. A
  * ticket nobody claims is dropped when the process exits, or after
- * SHUNT_EXEC_CLAIM_MS.
+ * SHUNT_EXEC_CLAIM_MS. A spawn ticket (SHUNT_EXEC_SPAWN) is the same for a
+ * child about to be spawned, whose pid EXEC_DONE reports (0: the spawn
+ * failed); until then its claim is the one of the spawner's child that
+ * comes first (a process spawns one child at a time).
  */
 enum shunt_exec_flags {
 	SHUNT_EXEC_CONNECT_PENDING = 1u << 0,	/* connect said EINPROGRESS, not yet 0 */
@@ -272,8 +275,15 @@ enum shunt_exec_flags {
 
 enum { SHUNT_EXEC_CLAIM_MS = 30000 };
 
+enum shunt_exec_kind {
+	SHUNT_EXEC_IMAGE = 0,		/* this process execs */
+	SHUNT_EXEC_SPAWN = 1,		/* a child this process spawns (posix_spawn) execs */
+};
+
 struct shunt_msg_exec {
 	struct shunt_msg_hdr h;
+	uint32_t kind;			/* enum shunt_exec_kind */
+	uint32_t reserved;
 };
 
 struct shunt_msg_exec_reply {
@@ -293,6 +303,8 @@ struct shunt_msg_exec_keep {
 struct shunt_msg_exec_done {
 	struct shunt_msg_hdr h;
 	uint64_t ticket;
+	int32_t pid;			/* SHUNT_EXEC_SPAWN: the child, or 0: the spawn failed */
+	uint32_t reserved;
 };
 
 struct shunt_msg_exec_next {

@@ -8,7 +8,11 @@
  * which SO_PEERCRED proves) and fetches each end's circuit with EXEC_NEXT.
  * A ticket is dropped when the exec failed (EXEC_DONE), when the process
  * exits unclaimed (its pidfd), or at the claim deadline: then what it held
- * is released as a process that died would release it.
+ * is released as a process that died would release it. A spawn ticket is
+ * the same for the child of a posix_spawn: the parent keeps its own holds,
+ * and reports the child's pid after the spawn; a child that asks before
+ * that takes its parent's one unbound spawn ticket (the library spawns one
+ * child at a time per process).
  */
 #include <errno.h>
 #include <poll.h>
@@ -36,6 +40,19 @@ static struct session *ticket_of(struct shuntd *d, pid_t pid)
 	return NULL;
 }
 
+/* A spawn ticket of @parent whose child's pid is not known yet, or NULL. */
+static struct session *unbound_spawn_of(struct shuntd *d, pid_t parent)
+{
+	struct session *t;
+	uint64_t key;
+	size_t it = 0;
+
+	while ((t = shunt_map_next(&d->sessions, &it, &key)))
+		if (t->ticket && t->exec && t->spawn && !t->pid && t->parent_pid == parent)
+			return t;
+	return NULL;
+}
+
 /* Whether the process behind pidfd @pidfd has exited (a pidfd is readable then). */
 static bool exited(int pidfd)
 {
@@ -44,11 +61,9 @@ static bool exited(int pidfd)
 	return poll(&p, 1, 0) != 0;
 }
 
-/* Watch @t's process and arm its claim deadline. 0 or -errno. */
-static int watch(struct shuntd *d, struct session *t)
+/* Watch @t's process (its pid known), to drop the ticket when it exits. 0 or -errno. */
+static int watch_pid(struct shuntd *d, struct session *t)
 {
-	struct itimerspec its = { .it_value = { SHUNT_EXEC_CLAIM_MS / 1000,
-						(SHUNT_EXEC_CLAIM_MS % 1000) * 1000000L } };
 	int r;
 
 	t->pidfd = (int)syscall(SYS_pidfd_open, t->pid, 0);
@@ -58,8 +73,19 @@ static int watch(struct shuntd *d, struct session *t)
 	if (r < 0) {
 		close(t->pidfd);
 		t->pidfd = -1;
-		return r;
 	}
+	return r;
+}
+
+/* Arm @t's claim deadline. 0 or -errno. */
+static int watch(struct shuntd *d, struct session *t)
+{
+	struct itimerspec its = { .it_value = { SHUNT_EXEC_CLAIM_MS / 1000,
+						(SHUNT_EXEC_CLAIM_MS % 1000) * 1000000L } };
+	int r;
+
+	if (t->pid && (r = watch_pid(d, t)) < 0)
+		return r;
 	t->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (t->timerfd < 0)
 		return -errno;
@@ -79,12 +105,17 @@ void shuntd_exec(struct shuntd *d, struct session *s, const struct shunt_msg_exe
 	struct session *t;
 	int err;
 
-	if (s->ticket) {
+	bool spawn = m->kind == SHUNT_EXEC_SPAWN;
+
+	if (s->ticket || (m->kind != SHUNT_EXEC_IMAGE && !spawn)) {
 		shuntd_session_reply_status(s, SHUNT_MSG_EXEC, m->h.seq, -EINVAL);
 		return;
 	}
-	/* One exec at a time: a ticket left by an exec that never reported its failure goes. */
-	t = ticket_of(d, s->pid);
+	/*
+	 * One at a time: a ticket left by an exec or a spawn that never
+	 * reported how it went goes (a child would not know which to claim).
+	 */
+	t = spawn ? unbound_spawn_of(d, s->pid) : ticket_of(d, s->pid);
 	if (t)
 		shuntd_session_close(d, t);
 	t = shuntd_ticket_new(d, s);
@@ -93,7 +124,8 @@ void shuntd_exec(struct shuntd *d, struct session *s, const struct shunt_msg_exe
 		return;
 	}
 	t->exec = true;
-	t->pid = s->pid;
+	t->spawn = spawn;
+	t->pid = spawn ? 0 : s->pid;
 	err = watch(d, t);
 	if (err < 0) {
 		shuntd_session_close(d, t);
@@ -104,8 +136,8 @@ void shuntd_exec(struct shuntd *d, struct session *s, const struct shunt_msg_exe
 	r.ticket = t->id;
 	if (shuntd_session_reply(s, &r, NULL, 0) < 0)
 		shuntd_session_close(d, t);
-	shunt_debug("session %llu (pid %d) is about to exec: ticket %llu",
-		    (unsigned long long)s->id, (int)s->pid, (unsigned long long)t->id);
+	shunt_debug("session %llu (pid %d) is about to %s: ticket %llu", (unsigned long long)s->id,
+		    (int)s->pid, spawn ? "spawn" : "exec", (unsigned long long)t->id);
 }
 
 static uint64_t inode_of(int fd)
@@ -159,7 +191,7 @@ void shuntd_exec_keep(struct shuntd *d, struct session *s, const struct shunt_ms
 	int r;
 
 	close(fd);
-	if (!t || !t->ticket || !t->exec || t->pid != s->pid || s->ticket)
+	if (!t || !t->ticket || !t->exec || t->parent_pid != s->pid || s->ticket)
 		r = -ENOENT;
 	else if (!ino)
 		r = -ENOTSOCK;
@@ -172,8 +204,17 @@ void shuntd_exec_done(struct shuntd *d, struct session *s, const struct shunt_ms
 {
 	struct session *t = shunt_map_get(&d->sessions, m->ticket);
 
-	/* The exec failed: the process holds everything still, through its own session. */
-	if (t && t->ticket && t->exec && t->pid == s->pid && !s->ticket)
+	if (!t || !t->ticket || !t->exec || t->parent_pid != s->pid || s->ticket)
+		return;
+	/* The child spawned: from now on its pid claims the ticket, and its exit drops it. */
+	if (t->spawn && !t->pid && m->pid > 0) {
+		t->pid = m->pid;
+		if (shuntd_parent_of(m->pid) != s->pid || watch_pid(d, t) < 0)
+			shuntd_session_close(d, t);
+		return;
+	}
+	/* The exec or the spawn failed: the process holds everything still, through its own session. */
+	if (!t->spawn || !t->pid)
 		shuntd_session_close(d, t);
 }
 
@@ -184,7 +225,12 @@ int shuntd_exec_claim(struct shuntd *d, struct session *s)
 	int n = 0;
 
 	/* A pid whose process exited, reused before we heard: not the process that exec'd. */
-	if (!t || t->pidfd < 0 || exited(t->pidfd))
+	if (t && (t->pidfd < 0 || exited(t->pidfd)))
+		t = NULL;
+	/* A spawned child whose parent has not said its pid yet: its parent's one spawn. */
+	if (!t && !s->ticket)
+		t = unbound_spawn_of(d, shuntd_parent_of(s->pid));
+	if (!t)
 		return -ENOENT;
 	shunt_list_for_each_safe(pos, tmp, &t->holds) {
 		struct hold *h = shunt_container_of(pos, struct hold, session_node);

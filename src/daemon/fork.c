@@ -95,8 +95,7 @@ void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_for
 		    (int)s->pid, (unsigned long long)t->id);
 }
 
-/* The parent of @pid as /proc says, or -1. */
-static pid_t parent_of(pid_t pid)
+pid_t shuntd_parent_of(pid_t pid)
 {
 	char path[64], buf[512], *p;
 	ssize_t n;
@@ -156,7 +155,7 @@ void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_ms
 	 * it. A parent that exited has no children to tell by: its word is
 	 * taken (the claim still needs the secret).
 	 */
-	if (t->pidfd >= 0 && parent_of(m->pid) != s->pid && !exited(s->pid)) {
+	if (t->pidfd >= 0 && shuntd_parent_of(m->pid) != s->pid && !exited(s->pid)) {
 		shunt_info("session %llu: pid %d is not its child", (unsigned long long)s->id,
 			   (int)m->pid);
 		close(t->pidfd);

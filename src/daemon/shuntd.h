@@ -114,6 +114,7 @@ struct session {
 	/* Tickets only. */
 	bool ticket;
 	bool exec;			/* an exec ticket: claimed by the same pid, no secret */
+	bool spawn;			/* ...for a spawned child: its parent is parent_pid */
 	uint64_t secret;
 	pid_t parent_pid;
 	int pidfd;			/* the child once known (the process itself for exec), else -1 */
@@ -263,6 +264,8 @@ void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_ms
 /* HELLO with SHUNT_HELLO_CLAIM from @s: 0 or -errno. */
 int shuntd_fork_claim(struct shuntd *d, struct session *s, uint64_t ticket, uint64_t secret);
 void shuntd_fork_ticket_exited(struct shuntd *d, struct session *t);
+/* The parent of process @pid as /proc says, or -1. */
+pid_t shuntd_parent_of(pid_t pid);
 
 /* exec.c: exec tickets */
 void shuntd_exec(struct shuntd *d, struct session *s, const struct shunt_msg_exec *m);
