@@ -480,7 +480,7 @@ const char *shunt_ctl_path(void)
 	return ctl_addr.sun_path;
 }
 
-int shunt_ctl_exec(uint64_t *ticket)
+int shunt_ctl_exec(uint32_t kind, uint64_t *ticket)
 {
 	struct shunt_msg_exec m;
 	_Alignas(8) char reply[SHUNT_MSG_MAX];
@@ -488,6 +488,7 @@ int shunt_ctl_exec(uint64_t *ticket)
 	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_EXEC, sizeof(m), 0);
+	m.kind = kind;
 	r = request(&m, NULL, 0, reply, NULL, &n);
 	if (r != SHUNT_OK)
 		return r > 0 ? -EPROTO : r;
@@ -513,12 +514,13 @@ int shunt_ctl_exec_keep(uint64_t ticket, int fd, uint64_t circuit, unsigned end,
 	return r > 0 ? -EPROTO : r;
 }
 
-void shunt_ctl_exec_done(uint64_t ticket)
+void shunt_ctl_exec_done(uint64_t ticket, pid_t pid)
 {
 	struct shunt_msg_exec_done m;
 
 	shunt_proto_init(&m, SHUNT_MSG_EXEC_DONE, sizeof(m), 0);
 	m.ticket = ticket;
+	m.pid = pid > 0 ? pid : 0;
 	notify(&m);
 }
 

@@ -104,15 +104,16 @@ int shunt_ctl_downgrade(uint64_t circuit, int fd);
 const char *shunt_ctl_path(void);
 
 /*
- * Exec (handoff.c, adopt.c; docs/protocol.md). Before exec: a ticket bound
- * to this process (0 or -errno); a hold for it on circuit @circuit's end
- * @end, or on listener @listener, whose socket @fd is (0 or -errno); after
- * an exec that failed, the ticket dropped.
+ * Exec (exec.c; docs/protocol.md). Before an exec or a spawn (@kind, enum
+ * shunt_exec_kind): a ticket for the new image (0 or -errno); a hold for it
+ * on circuit @circuit's end @end, or on listener @listener, whose socket
+ * @fd is (0 or -errno); after it, the spawned child's pid, or 0 when the
+ * exec or the spawn failed (the ticket goes).
  */
-int shunt_ctl_exec(uint64_t *ticket);
+int shunt_ctl_exec(uint32_t kind, uint64_t *ticket);
 int shunt_ctl_exec_keep(uint64_t ticket, int fd, uint64_t circuit, unsigned end,
 			uint64_t listener, uint32_t flags);
-void shunt_ctl_exec_done(uint64_t ticket);
+void shunt_ctl_exec_done(uint64_t ticket, pid_t pid);
 
 /*
  * In the new image: open the first session claiming this process's exec

@@ -137,20 +137,29 @@ static bool survives_exec(int fd)
 	return flags >= 0 && !(flags & FD_CLOEXEC);
 }
 
-/* Every shunt socket a descriptor of which survives exec, once each. */
-static size_t collect(struct candidate **out)
-{
-	size_t high = shunt_fdt_high(), n = 0, cap = 0;
-	struct candidate *v = NULL;
+enum { DUP2_MAX = 64 };
 
-	for (size_t fd = 0; fd < high; fd++) {
+/*
+ * Every shunt socket a descriptor of which survives exec, once each; for a
+ * spawn, also those its file actions duplicate (they reach the child).
+ */
+static size_t collect(struct candidate **out, bool spawn)
+{
+	size_t high = shunt_fdt_high(), n = 0, cap = 0, nextra = 0;
+	struct candidate *v = NULL;
+	int extra[DUP2_MAX];
+
+	if (spawn)
+		nextra = shunt_handoff_dup2_sources(extra, DUP2_MAX);
+	for (size_t k = 0; k < high + nextra; k++) {
+		int fd = k < high ? (int)k : extra[k - high];
 		struct shunt_sock *s;
 		size_t i;
 		int st;
 
-		if (!shunt_fdt_is_ours((int)fd) || !survives_exec((int)fd))
+		if (!shunt_fdt_is_ours(fd) || (k < high && !survives_exec(fd)))
 			continue;
-		s = shunt_fdt_get((int)fd);
+		s = shunt_fdt_get(fd);
 		if (!s)
 			continue;
 		for (i = 0; i < n && v[i].s != s; i++)
@@ -171,7 +180,7 @@ static size_t collect(struct candidate **out)
 			v = more;
 			cap = cap ? 2 * cap : 8;
 		}
-		v[n++] = (struct candidate){ s, (int)fd, st == SHUNT_SOCK_LISTENING };
+		v[n++] = (struct candidate){ s, fd, st == SHUNT_SOCK_LISTENING };
 	}
 	*out = v;
 	return n;
@@ -205,7 +214,7 @@ struct shunt_exec_undo shunt_exec_prepare(const struct shunt_exec_target *t)
 	size_t n, nconn = 0, kept = 0;
 	int saved = errno, r = 0;
 	/* A clone(CLONE_VM) child runs here in our memory: our session and locks are not its. */
-	bool shared_vm = (uint32_t)shunt_syscall(SYS_getpid) != shunt_pid;
+	bool shared_vm = !t->spawn && (uint32_t)shunt_syscall(SYS_getpid) != shunt_pid;
 
 	if (shared_vm) {
 		shunt_handoff_exec();
@@ -213,7 +222,7 @@ struct shunt_exec_undo shunt_exec_prepare(const struct shunt_exec_target *t)
 		return (struct shunt_exec_undo){ 0, false };
 	}
 	shunt_fork_freeze();
-	n = collect(&v);
+	n = collect(&v, t->spawn);
 	for (size_t i = 0; i < n; i++)
 		nconn += !v[i].listener;
 	if (!n)
@@ -221,7 +230,7 @@ struct shunt_exec_undo shunt_exec_prepare(const struct shunt_exec_target *t)
 	if (!target_file(t, file, sizeof(file)))
 		snprintf(file, sizeof(file), "%s", t->path ? t->path : "?");
 	if (!cannot_take(t, why, sizeof(why))) {
-		r = shunt_ctl_exec(&ticket);
+		r = shunt_ctl_exec(t->spawn ? SHUNT_EXEC_SPAWN : SHUNT_EXEC_IMAGE, &ticket);
 		if (r < 0)
 			snprintf(why, sizeof(why), "shuntd gave no exec ticket (%s)", strerror(-r));
 	}
@@ -235,10 +244,12 @@ struct shunt_exec_undo shunt_exec_prepare(const struct shunt_exec_target *t)
 			shunt_sock_downgrade(v[i].s, v[i].fd);
 	}
 	if (ticket && kept)
-		shunt_info("exec of %s: %zu connection%s stay%s in shared memory for the new program",
-			   file, kept, kept == 1 ? "" : "s", kept == 1 ? "s" : "");
+		shunt_info("%s of %s: %zu connection%s stay%s in shared memory for the new program",
+			   t->spawn ? "spawn" : "exec", file, kept, kept == 1 ? "" : "s",
+			   kept == 1 ? "s" : "");
 	if (kept < nconn)
-		shunt_info("exec of %s: %s; %zu connection%s move%s onto the kernel", file,
+		shunt_info("%s of %s: %s; %zu connection%s move%s onto the kernel",
+			   t->spawn ? "spawn" : "exec", file,
 			   ticket ? "shuntd would not keep them" : why, nconn - kept,
 			   nconn - kept == 1 ? "" : "s", nconn - kept == 1 ? "s" : "");
 out:
@@ -254,7 +265,19 @@ void shunt_exec_failed(struct shunt_exec_undo u)
 	int saved = errno;
 
 	if (u.ticket)
-		shunt_ctl_exec_done(u.ticket);
+		shunt_ctl_exec_done(u.ticket, 0);
+	if (u.frozen)
+		shunt_fork_thaw();
+	errno = saved;
+}
+
+void shunt_exec_spawned(struct shunt_exec_undo u, pid_t pid)
+{
+	int saved = errno;
+
+	/* Before the fork lock goes: the next spawn's ticket must find this one bound. */
+	if (u.ticket)
+		shunt_ctl_exec_done(u.ticket, pid > 0 ? pid : 0);
 	if (u.frozen)
 		shunt_fork_thaw();
 	errno = saved;

@@ -8,6 +8,8 @@
  * new image cannot take them (no libshunt in its environment, a static or
  * set-ID program, no ticket), they move onto the kernel as before
  * (handoff.h). Descriptor numbers, flags and kernel sockets never change.
+ * posix_spawn is the same for the child it starts, which the parent's
+ * sockets stay with too.
  */
 #ifndef SHUNT_EXEC_H
 #define SHUNT_EXEC_H
@@ -22,6 +24,7 @@ struct shunt_exec_target {
 	int dirfd;			/* execveat's, fexecve's descriptor; else AT_FDCWD */
 	int at_flags;			/* execveat's AT_EMPTY_PATH (fexecve: always) */
 	char *const *envp;		/* the new image's environment */
+	bool spawn;			/* posix_spawn: a child execs it; we keep our sockets */
 };
 
 /* What shunt_exec_failed must undo. */
@@ -41,6 +44,12 @@ struct shunt_exec_undo shunt_exec_prepare(const struct shunt_exec_target *t);
 
 /* The exec returned (it failed): the ticket goes, every socket is as before. errno kept. */
 void shunt_exec_failed(struct shunt_exec_undo u);
+
+/*
+ * After posix_spawn: the child's pid for the spawn ticket (or -1: the spawn
+ * failed, the ticket goes); the fork lock released. errno kept.
+ */
+void shunt_exec_spawned(struct shunt_exec_undo u, pid_t pid);
 
 /*
  * In a new image, from init, before main(): claim the exec ticket of this

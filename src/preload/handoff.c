@@ -65,6 +65,18 @@ out:
 	pthread_mutex_unlock(&dup2_lock);
 }
 
+size_t shunt_handoff_dup2_sources(int *fds, size_t max)
+{
+	size_t n;
+
+	pthread_mutex_lock(&dup2_lock);
+	n = (size_t)ndup2 < max ? (size_t)ndup2 : max;
+	for (size_t i = 0; i < n; i++)
+		fds[i] = dup2_fds[i];
+	pthread_mutex_unlock(&dup2_lock);
+	return n;
+}
+
 void shunt_handoff_spawn(void)
 {
 	int fds[DUP2_MAX], n;

@@ -26,6 +26,9 @@ void shunt_handoff_spawn(void);
 /* posix_spawn_file_actions_adddup2(@fd, ...): @fd will reach the child. */
 void shunt_handoff_note_dup2(int fd);
 
+/* The descriptors spawn file actions will duplicate (at most @max), into @fds. */
+size_t shunt_handoff_dup2_sources(int *fds, size_t max);
+
 /* Before sendmsg: the connections passed in @msg's SCM_RIGHTS. */
 void shunt_handoff_scm(const struct msghdr *msg);
 

@@ -296,22 +296,41 @@ SHUNT_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa
 	return shunt_libc.posix_spawn_file_actions_adddup2(fa, fd, newfd);
 }
 
+/*
+ * posix_spawn: the child's new image keeps the connections it inherits in
+ * shared memory when it runs the library, as an exec does (exec.h); the
+ * spawn ticket learns the child's pid, which posix_spawn may not give back.
+ */
 SHUNT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			     const posix_spawnattr_t *attr, char *const argv[],
 			     char *const envp[])
 {
-	shunt_ensure_init();
-	shunt_handoff_spawn();
-	return shunt_libc.posix_spawn(pid, path, fa, attr, argv, envp);
+	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = envp,
+				       .spawn = true };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	pid_t child = -1;
+	int r = shunt_libc.posix_spawn(&child, path, fa, attr, argv, envp);
+
+	if (r == 0 && pid)
+		*pid = child;
+	shunt_exec_spawned(undo, r == 0 ? child : -1);
+	return r;
 }
 
 SHUNT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
 			      const posix_spawnattr_t *attr, char *const argv[],
 			      char *const envp[])
 {
-	shunt_ensure_init();
-	shunt_handoff_spawn();
-	return shunt_libc.posix_spawnp(pid, file, fa, attr, argv, envp);
+	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
+				       .envp = envp, .spawn = true };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	pid_t child = -1;
+	int r = shunt_libc.posix_spawnp(&child, file, fa, attr, argv, envp);
+
+	if (r == 0 && pid)
+		*pid = child;
+	shunt_exec_spawned(undo, r == 0 ? child : -1);
+	return r;
 }
 
 /* system() and popen() start a shell that inherits what has no FD_CLOEXEC, as exec does. */

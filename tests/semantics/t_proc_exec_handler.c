@@ -7,16 +7,19 @@
 // stdin and stdout, and streams it fdopen()s on 0 and 1); a
 // handler without LD_PRELOAD, and a statically linked one with the
 // environment kept, still get every byte (on the kernel); a shell that runs
-// cat keeps the connection in shared memory through both. An exec
-// that fails leaves the connection as it was, and a listening socket
-// carried across exec keeps the connections queued on it.
-// shunt-expect: shm_connect>=6 shm_accept>=6 kernel_connect==0 kernel_accept==0
-// shunt-expect: shm_tx_bytes>=200M shm_rx_bytes>=200M
+// cat keeps the connection in shared memory through both; a handler started
+// by posix_spawn (file actions doing the dup2s) keeps it too (64 MiB each
+// way: the byte counts prove it). An exec that fails leaves the connection
+// as it was, and a listening socket carried across exec keeps the
+// connections queued on it.
+// shunt-expect: shm_connect>=10 shm_accept>=10 kernel_connect==0 kernel_accept==0
+// shunt-expect: shm_tx_bytes>=360M shm_rx_bytes>=360M
 // t-timeout: 120
 #include "t_harness.h"
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,7 @@ extern char **environ;
 
 enum {
 	BIG = 100 << 20,	// the raw handler's bytes each way
+	SPAWNED = 64 << 20,	// the posix_spawn'ed handler's
 	STDIO_BYTES = 8 << 20,	// the stdio handler's
 	SEED_IN = 0xa11ce,	// as h_stream
 	SEED_OUT = 0xb0b,
@@ -104,7 +108,45 @@ static void exec_handler(int s, const char *mode, uint64_t bytes, bool preloaded
 	_exit(127);
 }
 
-static void inetd(const char *mode, uint64_t bytes, bool preloaded)
+// The child's half of inetd: by fork, dup2 and exec, or by posix_spawn
+// with file actions doing the dup2s (the child is then the spawn's).
+static pid_t start_handler(int lfd, int c, int s, const char *mode, uint64_t bytes,
+			   bool preloaded, bool spawn)
+{
+	char n[32];
+	char *argv[] = { handler, (char *)mode, n, NULL };
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int r;
+
+	if (!spawn) {
+		pid = t_fork_tied(IMAGE_WATCHDOG_S);
+		if (pid == 0) {
+			close(lfd);
+			close(c);
+			exec_handler(s, mode, bytes, preloaded);
+		}
+		return pid;
+	}
+	snprintf(n, sizeof(n), "%llu", (unsigned long long)bytes);
+	if (posix_spawn_file_actions_init(&fa) ||
+	    posix_spawn_file_actions_adddup2(&fa, s, STDIN_FILENO) ||
+	    posix_spawn_file_actions_adddup2(&fa, s, STDOUT_FILENO) ||
+	    posix_spawn_file_actions_addclose(&fa, s) ||
+	    posix_spawn_file_actions_addclose(&fa, lfd) ||
+	    posix_spawn_file_actions_addclose(&fa, c))
+		t_fatal("posix_spawn_file_actions");
+	fflush(stdout);
+	r = posix_spawn(&pid, handler, &fa, NULL, argv, preloaded ? environ : t_env_unpreloaded());
+	posix_spawn_file_actions_destroy(&fa);
+	if (r) {
+		errno = r;
+		t_fatal("posix_spawn");
+	}
+	return pid;
+}
+
+static void inetd_by(const char *mode, uint64_t bytes, bool preloaded, bool spawn)
 {
 	bool stdio = !strcmp(mode, "stdio") || !strcmp(mode, "fdopen");
 	struct feed f = { .bytes = bytes };
@@ -114,17 +156,12 @@ static void inetd(const char *mode, uint64_t bytes, bool preloaded)
 	bool ok;
 	pid_t pid;
 
-	printf("inetd, handler %s%s, %llu bytes each way:\n", mode,
-	       preloaded ? "" : " without LD_PRELOAD", (unsigned long long)bytes);
+	printf("inetd%s, handler %s%s, %llu bytes each way:\n", spawn ? " by posix_spawn" : "",
+	       mode, preloaded ? "" : " without LD_PRELOAD", (unsigned long long)bytes);
 	lfd = t_listen_loopback(AF_INET, 4, &a);
 	c = t_connect(&a);
 	s = t_accept(lfd);
-	pid = t_fork_tied(IMAGE_WATCHDOG_S);
-	if (pid == 0) {
-		close(lfd);
-		close(c);
-		exec_handler(s, mode, bytes, preloaded);
-	}
+	pid = start_handler(lfd, c, s, mode, bytes, preloaded, spawn);
 	close(s);
 	close(lfd);
 	f.fd = c;
@@ -214,6 +251,11 @@ static void cat_handler(bool shell)
 	st = t_wait_child(pid);
 	t_expect(ok && st == 0, "  every byte came back, then EOF (status %d)", st);
 	close(c);
+}
+
+static void inetd(const char *mode, uint64_t bytes, bool preloaded)
+{
+	inetd_by(mode, bytes, preloaded, false);
 }
 
 // An exec that fails (no such file) leaves the connection as it was: the
@@ -326,6 +368,8 @@ int main(int argc, char **argv)
 	inetd("stdio", STDIO_BYTES, true);
 	inetd("fdopen", STDIO_BYTES, true);
 	inetd("plain", 4 << 20, false);
+	inetd_by("raw", SPAWNED, true, true);
+	inetd_by("plain", 4 << 20, false, true);
 	cat_handler(true);
 	cat_handler(false);
 	exec_fails();
