@@ -414,8 +414,11 @@ static void rebuild(struct shunt_conn *c, uint32_t flags, const struct inherited
 	len = sizeof(lg);
 	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0)
 		atomic_store(&s->linger_abort, lg.l_onoff && !lg.l_linger);
+	/* No thread of this image holds any: a downgrade cut short by the exec held all four. */
 	unlock_stale(&c->me->tx_lock);
 	unlock_stale(&c->me->rx_lock);
+	unlock_stale(&c->peer->tx_lock);
+	unlock_stale(&c->peer->rx_lock);
 	s->conn = c;
 	shunt_sock_opts_to_circuit(s);
 	shunt_notice_bind(c, s);
@@ -434,7 +437,7 @@ static void rebuild(struct shunt_conn *c, uint32_t flags, const struct inherited
 
 void shunt_exec_adopt(void)
 {
-	struct inherited *v, same[64];
+	struct inherited *v, *same;
 	bool hint = false;
 	size_t n = scan(&v, &hint), taken = 0, lost = 0;
 	int r;
@@ -442,7 +445,9 @@ void shunt_exec_adopt(void)
 	if (!hint)
 		goto out;
 	r = shunt_ctl_exec_claim();
-	if (r <= 0)
+	/* The descriptors of one socket, found by its inode: at most all of them. */
+	same = r > 0 ? malloc((n ? n : 1) * sizeof(*same)) : NULL;
+	if (!same)
 		goto out;
 	for (;;) {
 		struct shunt_grant g;
@@ -462,25 +467,28 @@ void shunt_exec_adopt(void)
 			lost++;
 			continue;
 		}
-		for (size_t i = 0; i < n && k < sizeof(same) / sizeof(same[0]); i++)
+		for (size_t i = 0; i < n; i++)
 			if (v[i].inode == ino && !v[i].used) {
 				v[i].used = true;
 				same[k++] = v[i];
 			}
 		if (!k) {
-			/* Closed on the way (a raw close before the exec): its close ends it. */
+			/*
+			 * Not ours after all: closed on the way (a spawn's file
+			 * action, a raw close before the exec). This is its close.
+			 */
 			shunt_conn_close(c, false);
-			lost++;
 			continue;
 		}
 		rebuild(c, flags, same, k);
 		taken++;
 	}
+	free(same);
 	if (taken)
 		shunt_stdio_adopt();
 	if (taken || lost)
 		shunt_info("took over %zu connection%s kept in shared memory across exec%s", taken,
-			   taken == 1 ? "" : "s", lost ? " (some could not be)" : "");
+			   taken == 1 ? "" : "s", lost ? "; some could not be mapped, and end" : "");
 out:
 	free(v);
 }
