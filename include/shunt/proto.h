@@ -33,7 +33,11 @@ enum shunt_msg_type {
 	SHUNT_MSG_STATUS_POLICY = 17,	/* d -> cli */
 	SHUNT_MSG_UNREPAIR = 18,	/* lib -> d + socket, replied */
 	SHUNT_MSG_WITHDRAW = 19,	/* lib -> d + the request's socket, not replied */
-	SHUNT_MSG_TYPE_MAX = 19,
+	SHUNT_MSG_EXEC = 20,		/* lib -> d, replied */
+	SHUNT_MSG_EXEC_KEEP = 21,	/* lib -> d + the socket kept, replied */
+	SHUNT_MSG_EXEC_DONE = 22,	/* lib -> d, not replied */
+	SHUNT_MSG_EXEC_NEXT = 23,	/* lib -> d, replied (+ circuit memfd) */
+	SHUNT_MSG_TYPE_MAX = 23,
 	SHUNT_MSG_REPLY = 0x8000,	/* or'ed into the type of a reply */
 };
 
@@ -101,6 +105,7 @@ struct shunt_wire_addr {
 
 enum shunt_hello_flags {
 	SHUNT_HELLO_CLAIM = 1u << 0,	/* a fork child takes over its parent's ticket */
+	SHUNT_HELLO_EXEC = 1u << 1,	/* a new image takes over its exec ticket, if any */
 };
 
 struct shunt_msg_hello {
@@ -120,7 +125,11 @@ struct shunt_msg_hello_reply {
 	struct shunt_msg_hdr h;
 	uint64_t session;
 	uint32_t ring_size;		/* default ring size of this daemon */
-	int32_t claim;			/* SHUNT_HELLO_CLAIM: 0, or -errno */
+	/*
+	 * SHUNT_HELLO_CLAIM: 0, or -errno. SHUNT_HELLO_EXEC: how many circuit
+	 * ends the exec ticket kept (each to fetch with EXEC_NEXT), or -ENOENT.
+	 */
+	int32_t claim;
 	uint64_t link;			/* the daemon link's id */
 };
 
@@ -274,7 +283,7 @@ struct shunt_msg_fork_done {
 
 /*
  * DOWNGRADE: a holder is about to lose control of a descriptor of this
- * circuit (exec, SCM_RIGHTS): move the connection onto its companion
+ * circuit (exec of a program without the library, SCM_RIGHTS): move the connection onto its companion
  * kernel sockets. The requester holds the four holders' locks of the
  * circuit (both ends' tx_lock and rx_lock), so no ring moves meanwhile.
  */
@@ -312,6 +321,78 @@ struct shunt_msg_withdraw {
 	uint64_t circuit;
 	uint32_t end;
 	uint32_t reserved;
+};
+
+/*
+ * Exec: a process about to replace its program with one that runs the
+ * library too keeps its connections on their circuits. EXEC makes an exec
+ * ticket bound to this process (its pid survives exec; its session, whose
+ * socket is close-on-exec, does not). EXEC_KEEP gives the ticket a hold on
+ * one circuit end or listener this session holds, proven with the socket
+ * (for an end with a companion, its inode must be the companion's), and
+ * remembers the socket's inode and @flags for the new image. EXEC_DONE,
+ * after an exec that failed, drops the ticket. The new image's first HELLO,
+ * with SHUNT_HELLO_EXEC, claims the ticket of its pid; EXEC_NEXT then hands
+ * it each kept end once, with its circuit memfd, until SHUNT_NONE. A
+ * ticket nobody claims is dropped when the process exits, or after
+ * SHUNT_EXEC_CLAIM_MS. A spawn ticket (SHUNT_EXEC_SPAWN) is the same for a
+ * child about to be spawned, whose pid EXEC_DONE reports (0: the spawn
+ * failed); until then its claim is the one of the spawner's child that
+ * comes first (a process spawns one child at a time).
+ */
+enum shunt_exec_flags {
+	SHUNT_EXEC_CONNECT_PENDING = 1u << 0,	/* connect said EINPROGRESS, not yet 0 */
+};
+
+enum { SHUNT_EXEC_CLAIM_MS = 30000 };
+
+enum shunt_exec_kind {
+	SHUNT_EXEC_IMAGE = 0,		/* this process execs */
+	SHUNT_EXEC_SPAWN = 1,		/* a child this process spawns (posix_spawn) execs */
+};
+
+struct shunt_msg_exec {
+	struct shunt_msg_hdr h;
+	uint32_t kind;			/* enum shunt_exec_kind */
+	uint32_t reserved;
+};
+
+struct shunt_msg_exec_reply {
+	struct shunt_msg_hdr h;
+	uint64_t ticket;
+};
+
+struct shunt_msg_exec_keep {
+	struct shunt_msg_hdr h;
+	uint64_t ticket;
+	uint64_t circuit;		/* or 0, and: */
+	uint64_t listener;		/* a listener (0 with a circuit) */
+	uint32_t end;			/* enum shunt_end_index, with a circuit */
+	uint32_t flags;			/* enum shunt_exec_flags */
+};
+
+struct shunt_msg_exec_done {
+	struct shunt_msg_hdr h;
+	uint64_t ticket;
+	int32_t pid;			/* SHUNT_EXEC_SPAWN: the child, or 0: the spawn failed */
+	uint32_t reserved;
+};
+
+struct shunt_msg_exec_next {
+	struct shunt_msg_hdr h;
+};
+
+/* A kept circuit end, as a circuit reply says it, with the socket it was kept with. */
+struct shunt_msg_exec_end {
+	struct shunt_msg_hdr h;
+	uint64_t circuit;
+	uint32_t ring_size;
+	uint8_t end;			/* enum shunt_end_index */
+	uint8_t reserved8;
+	uint16_t flags;			/* enum shunt_exec_flags, as kept */
+	struct shunt_wire_addr local;
+	struct shunt_wire_addr peer;
+	uint64_t inode;			/* of the kernel socket it was kept with */
 };
 
 struct shunt_msg_status {
@@ -377,6 +458,8 @@ _Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_link_reply) == 40, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_withdraw) == 32, "wire v3");
+_Static_assert(sizeof(struct shunt_msg_exec_keep) == 48, "wire v3");
+_Static_assert(sizeof(struct shunt_msg_exec_end) == 104, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_status_conn) <= SHUNT_MSG_MAX, "fits");
 
 #endif

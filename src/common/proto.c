@@ -46,6 +46,13 @@ size_t shunt_proto_size(uint16_t type)
 	case SHUNT_MSG_UNREPAIR: return sizeof(struct shunt_msg_unrepair);
 	case SHUNT_MSG_UNREPAIR | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
 	case SHUNT_MSG_WITHDRAW: return sizeof(struct shunt_msg_withdraw);
+	case SHUNT_MSG_EXEC: return sizeof(struct shunt_msg_exec);
+	case SHUNT_MSG_EXEC | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_exec_reply);
+	case SHUNT_MSG_EXEC_KEEP: return sizeof(struct shunt_msg_exec_keep);
+	case SHUNT_MSG_EXEC_KEEP | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
+	case SHUNT_MSG_EXEC_DONE: return sizeof(struct shunt_msg_exec_done);
+	case SHUNT_MSG_EXEC_NEXT: return sizeof(struct shunt_msg_exec_next);
+	case SHUNT_MSG_EXEC_NEXT | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_exec_end);
 	case SHUNT_MSG_STATUS: return sizeof(struct shunt_msg_status);
 	case SHUNT_MSG_STATUS_SESSION: return sizeof(struct shunt_msg_status_session);
 	case SHUNT_MSG_STATUS_LISTENER: return sizeof(struct shunt_msg_status_listener);

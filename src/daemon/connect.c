@@ -249,8 +249,6 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	r = shuntd_circuit_reply(d, s, c, SHUNT_END_ACCEPTOR, SHUNT_MSG_ACCEPT, m->h.seq, half);
 	if (half >= 0)
 		close(half);
-	close(c->memfd);
-	c->memfd = -1;
 	if (r < 0)
 		shuntd_hold_release(d, h, true);
 }

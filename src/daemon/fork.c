@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@
 #include "common/proto.h"
 #include "daemon/shuntd.h"
 
-static struct session *ticket_new(struct shuntd *d, struct session *parent)
+struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent)
 {
 	struct session *t = calloc(1, sizeof(*t));
 
@@ -33,6 +34,8 @@ static struct session *ticket_new(struct shuntd *d, struct session *parent)
 	t->id = shuntd_new_id(d);
 	t->fd = -1;
 	t->pidfd = -1;
+	t->timerfd = -1;
+	t->timer_watch = SHUNTD_WATCH_EXEC_TIMER;
 	t->ticket = true;
 	t->uid = parent->uid;
 	t->gid = parent->gid;
@@ -72,7 +75,7 @@ static int copy_holds(struct session *parent, struct session *t)
 void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_fork *m)
 {
 	struct shunt_msg_fork_reply r;
-	struct session *t = s->ticket ? NULL : ticket_new(d, s);
+	struct session *t = s->ticket ? NULL : shuntd_ticket_new(d, s);
 
 	if (!t) {
 		shuntd_session_reply_status(s, SHUNT_MSG_FORK, m->h.seq, -ENOMEM);
@@ -92,8 +95,7 @@ void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_for
 		    (int)s->pid, (unsigned long long)t->id);
 }
 
-/* The parent of @pid as /proc says, or -1. */
-static pid_t parent_of(pid_t pid)
+pid_t shuntd_parent_of(pid_t pid)
 {
 	char path[64], buf[512], *p;
 	ssize_t n;
@@ -112,11 +114,35 @@ static pid_t parent_of(pid_t pid)
 	return p ? (pid_t)strtol(p + 6, NULL, 10) : -1;
 }
 
+/*
+ * Whether process @pid has exited (gone, or a zombie): its children then
+ * have another parent already, as a daemon's child has the moment the
+ * parent calls _exit after fork, often before its FORK_DONE is read.
+ */
+static bool exited(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
+}
+
 void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_msg_fork_done *m)
 {
 	struct session *t = shunt_map_get(&d->sessions, m->ticket);
 
-	if (!t || !t->ticket || t->parent_pid != s->pid || t->pidfd >= 0)
+	if (!t || !t->ticket || t->exec || t->parent_pid != s->pid || t->pidfd >= 0)
 		return;
 	if (m->pid <= 0) {
 		shuntd_session_close(d, t);	/* fork failed: nobody will claim it */
@@ -124,8 +150,12 @@ void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_ms
 	}
 	t->pid = m->pid;
 	t->pidfd = (int)syscall(SYS_pidfd_open, m->pid, 0);
-	/* Gone already, or a pid that is not this parent's child: nobody holds it. */
-	if (t->pidfd >= 0 && parent_of(m->pid) != s->pid) {
+	/*
+	 * Gone already, or a pid that is not this parent's child: nobody holds
+	 * it. A parent that exited has no children to tell by: its word is
+	 * taken (the claim still needs the secret).
+	 */
+	if (t->pidfd >= 0 && shuntd_parent_of(m->pid) != s->pid && !exited(s->pid)) {
 		shunt_info("session %llu: pid %d is not its child", (unsigned long long)s->id,
 			   (int)m->pid);
 		close(t->pidfd);
@@ -140,7 +170,7 @@ int shuntd_fork_claim(struct shuntd *d, struct session *s, uint64_t ticket, uint
 	struct session *t = shunt_map_get(&d->sessions, ticket);
 	struct shunt_list *pos, *tmp;
 
-	if (!t || !t->ticket || t->secret != secret || (t->pid && t->pid != s->pid))
+	if (!t || !t->ticket || t->exec || t->secret != secret || (t->pid && t->pid != s->pid))
 		return -EPERM;
 	shunt_list_for_each_safe(pos, tmp, &t->holds) {
 		struct hold *h = shunt_container_of(pos, struct hold, session_node);

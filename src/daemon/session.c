@@ -61,6 +61,7 @@ void shuntd_session_accept(struct shuntd *d)
 		s->id = shuntd_new_id(d);
 		s->fd = fd;
 		s->pidfd = -1;
+		s->timerfd = -1;
 		s->pid = cred.pid;
 		s->uid = cred.uid;
 		s->gid = cred.gid;
@@ -108,7 +109,7 @@ static unsigned fds_expected(uint16_t type)
 {
 	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT ||
 	       type == SHUNT_MSG_DOWNGRADE || type == SHUNT_MSG_UNREPAIR ||
-	       type == SHUNT_MSG_WITHDRAW;
+	       type == SHUNT_MSG_WITHDRAW || type == SHUNT_MSG_EXEC_KEEP;
 }
 
 /*
@@ -131,6 +132,8 @@ static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_he
 	shunt_proto_init(&r, SHUNT_MSG_HELLO | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
 	if (m->flags & SHUNT_HELLO_CLAIM)
 		r.claim = shuntd_fork_claim(d, s, m->ticket, m->secret);
+	else if (m->flags & SHUNT_HELLO_EXEC)
+		r.claim = shuntd_exec_claim(d, s);
 	if (!s->dlink && shuntd_link_daemon(d, s) < 0) {
 		shuntd_session_reply_status(s, SHUNT_MSG_HELLO, m->h.seq, -ENOMEM);
 		return;
@@ -198,6 +201,18 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 	case SHUNT_MSG_WITHDRAW:
 		shuntd_withdraw(d, s, buf, fds[0]);
 		break;
+	case SHUNT_MSG_EXEC:
+		shuntd_exec(d, s, buf);
+		break;
+	case SHUNT_MSG_EXEC_KEEP:
+		shuntd_exec_keep(d, s, buf, fds[0]);
+		break;
+	case SHUNT_MSG_EXEC_DONE:
+		shuntd_exec_done(d, s, buf);
+		break;
+	case SHUNT_MSG_EXEC_NEXT:
+		shuntd_exec_next(d, s, buf);
+		break;
 	default:
 		/* A status record type sent to the daemon. */
 		shunt_info("session %llu: unexpected message type %u", (unsigned long long)s->id,
@@ -251,6 +266,10 @@ void shuntd_session_close(struct shuntd *d, struct session *s)
 	if (s->pidfd >= 0) {
 		shuntd_loop_unwatch(d, s->pidfd);
 		close(s->pidfd);
+	}
+	if (s->timerfd >= 0) {
+		shuntd_loop_unwatch(d, s->timerfd);
+		close(s->timerfd);
 	}
 	shunt_map_del(&d->sessions, s->id);
 	/* The process went away without closing what it held: as the kernel does at exit. */

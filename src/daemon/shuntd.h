@@ -95,12 +95,14 @@ enum shuntd_watch_kind {
 	SHUNTD_WATCH_SESSION = 1,	/* input on a session's control socket */
 	SHUNTD_WATCH_TICKET,		/* a fork child that has not claimed its ticket exited */
 	SHUNTD_WATCH_METRICS,		/* a metrics client sent (part of) its request */
+	SHUNTD_WATCH_EXEC_TIMER,	/* an exec ticket was not claimed in time */
 };
 
 /*
  * One connected process, identified by SO_PEERCRED when it connected; or a
- * fork ticket (fd -1): what a child about to be forked will hold, until it
- * claims it with its first HELLO.
+ * ticket (fd -1): what a child about to be forked will hold, until it
+ * claims it with its first HELLO; or, for an exec ticket, what the new
+ * program of a process about to exec will hold (exec.c).
  */
 struct session {
 	int watch;			/* enum shuntd_watch_kind: first, the loop's tag */
@@ -120,9 +122,13 @@ struct session {
 	size_t ngone, gone_cap;
 	/* Tickets only. */
 	bool ticket;
+	bool exec;			/* an exec ticket: claimed by the same pid, no secret */
+	bool spawn;			/* ...for a spawned child: its parent is parent_pid */
 	uint64_t secret;
 	pid_t parent_pid;
-	int pidfd;			/* the child once known, else -1 */
+	int pidfd;			/* the child once known (the process itself for exec), else -1 */
+	int timer_watch;		/* SHUNTD_WATCH_EXEC_TIMER: the loop's tag for timerfd */
+	int timerfd;			/* exec tickets: the claim deadline, else -1 */
 };
 
 /* A session's hold on one circuit end or one listener. */
@@ -133,6 +139,10 @@ struct hold {
 	struct circuit *circuit;	/* or NULL for a listener hold */
 	unsigned end;
 	struct listener *listener;
+	/* Holds an exec ticket kept (exec.c): what the new image needs to find its socket. */
+	uint64_t inode;			/* of the kernel socket the end was kept with */
+	uint32_t xflags;		/* enum shunt_exec_flags */
+	bool exec_pending;		/* not yet handed to the new image (EXEC_NEXT) */
 };
 
 /* The notice pages shared by two sessions, or by one session and shuntd. */
@@ -162,7 +172,7 @@ struct circuit_end {
 struct circuit {
 	uint64_t id;
 	uint32_t ring_size;
-	int memfd;			/* kept until the acceptor has it */
+	int memfd;			/* kept for its life: an exec'd image maps it anew (exec.c) */
 	struct shunt_circuit_hdr *hdr;	/* the control page, mapped */
 	struct circuit_end end[2];
 	struct shunt_wire_addr local[2];	/* getsockname of each end, in its family */
@@ -267,11 +277,26 @@ void shuntd_hold_release(struct shuntd *d, struct hold *h, bool died);
 bool shuntd_hold_share_circuit(struct session *a, struct session *b);
 
 /* fork.c: tickets */
+/* A new ticket holding nothing yet, on behalf of @parent; NULL without memory. */
+struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent);
 void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_fork *m);
 void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_msg_fork_done *m);
 /* HELLO with SHUNT_HELLO_CLAIM from @s: 0 or -errno. */
 int shuntd_fork_claim(struct shuntd *d, struct session *s, uint64_t ticket, uint64_t secret);
 void shuntd_fork_ticket_exited(struct shuntd *d, struct session *t);
+/* The parent of process @pid as /proc says, or -1. */
+pid_t shuntd_parent_of(pid_t pid);
+
+/* exec.c: exec tickets */
+void shuntd_exec(struct shuntd *d, struct session *s, const struct shunt_msg_exec *m);
+void shuntd_exec_keep(struct shuntd *d, struct session *s, const struct shunt_msg_exec_keep *m,
+		      int fd);
+void shuntd_exec_done(struct shuntd *d, struct session *s, const struct shunt_msg_exec_done *m);
+void shuntd_exec_next(struct shuntd *d, struct session *s, const struct shunt_msg_exec_next *m);
+/* HELLO with SHUNT_HELLO_EXEC from @s: the number of circuit ends taken over, or -errno. */
+int shuntd_exec_claim(struct shuntd *d, struct session *s);
+/* The claim deadline of exec ticket @t passed (@t is the timer's loop tag's session). */
+void shuntd_exec_expired(struct shuntd *d, struct session *t);
 
 /* socket.c: facts about a socket handed over by a process */
 struct sock_facts {

@@ -36,6 +36,8 @@ static bool ctl_had_session;		/* under ctl_lock: a session was opened before */
 static bool ctl_claimed;		/* under ctl_lock: the last HELLO claimed a ticket */
 static _Atomic uint64_t session_id;	/* written under ctl_lock; 0: no session */
 static uint64_t claim_ticket, claim_secret;	/* under ctl_lock: a fork child's first HELLO */
+static bool claim_exec;			/* under ctl_lock: a new image's first HELLO */
+static int exec_claimed = -ENOENT;	/* under ctl_lock: what that HELLO's claim said */
 
 void shunt_ctl_init(void)
 {
@@ -186,6 +188,9 @@ static int open_session_locked(void)
 		hello.ticket = claim_ticket;
 		hello.secret = claim_secret;
 		claim_ticket = 0;
+	} else if (claim_exec) {
+		hello.flags = SHUNT_HELLO_EXEC;
+		claim_exec = false;
 	}
 	r = exchange_locked(&hello, NULL, 0, &a);
 	if (r == -EMFILE || (r == SHUNT_OK && a.truncated)) {
@@ -203,8 +208,10 @@ static int open_session_locked(void)
 	bool claimed = (hello.flags & SHUNT_HELLO_CLAIM) && !hr->claim;
 
 	ctl_claimed = claimed;
+	if (hello.flags & SHUNT_HELLO_EXEC)
+		exec_claimed = hr->claim;
 
-	if (hr->claim)
+	if ((hello.flags & SHUNT_HELLO_CLAIM) && hr->claim)
 		shunt_warn("shuntd refused this fork child its parent's sockets (%s); "
 			   "they may end when the parent closes them", strerror(-hr->claim));
 	if (shunt_plink_install_daemon(hr->link, a.fds) < 0) {
@@ -641,4 +648,104 @@ int shunt_ctl_unrepair(int fd)
 	shunt_proto_init(&m, SHUNT_MSG_UNREPAIR, sizeof(m), 0);
 	r = request_plain(&m, &fd, 1, &a);
 	return r > 0 ? -EPROTO : r;
+}
+
+const char *shunt_ctl_path(void)
+{
+	return ctl_addr.sun_path;
+}
+
+int shunt_ctl_exec(uint32_t kind, uint64_t *ticket)
+{
+	struct shunt_msg_exec m;
+	struct answer a = { .want = 0 };
+	int r;
+
+	shunt_proto_init(&m, SHUNT_MSG_EXEC, sizeof(m), 0);
+	m.kind = kind;
+	r = request_plain(&m, NULL, 0, &a);
+	if (r != SHUNT_OK)
+		return r > 0 ? -EPROTO : r;
+	*ticket = ((struct shunt_msg_exec_reply *)(void *)a.buf)->ticket;
+	return 0;
+}
+
+int shunt_ctl_exec_keep(uint64_t ticket, int fd, uint64_t circuit, unsigned end,
+			uint64_t listener, uint32_t flags)
+{
+	struct shunt_msg_exec_keep m;
+	struct answer a = { .want = 0 };
+	int r;
+
+	shunt_proto_init(&m, SHUNT_MSG_EXEC_KEEP, sizeof(m), 0);
+	m.ticket = ticket;
+	m.circuit = circuit;
+	m.end = end;
+	m.listener = listener;
+	m.flags = flags;
+	r = request_plain(&m, &fd, 1, &a);
+	return r > 0 ? -EPROTO : r;
+}
+
+void shunt_ctl_exec_done(uint64_t ticket, pid_t pid)
+{
+	struct shunt_msg_exec_done m;
+
+	shunt_proto_init(&m, SHUNT_MSG_EXEC_DONE, sizeof(m), 0);
+	m.ticket = ticket;
+	m.pid = pid > 0 ? pid : 0;
+	notify(&m);
+}
+
+int shunt_ctl_exec_claim(void)
+{
+	int r;
+
+	pthread_mutex_lock(&ctl_lock);
+	/* Only a first HELLO can claim: a session already open holds nothing of the ticket. */
+	if (ctl_fd >= 0) {
+		pthread_mutex_unlock(&ctl_lock);
+		return -EBUSY;
+	}
+	claim_exec = true;
+	exec_claimed = -ENOENT;
+	r = open_session_locked();
+	claim_exec = false;
+	if (r == 0)
+		r = exec_claimed;
+	pthread_mutex_unlock(&ctl_lock);
+	return r;
+}
+
+int shunt_ctl_exec_next(struct shunt_grant *g, uint64_t *inode, uint32_t *flags)
+{
+	struct shunt_msg_exec_next m;
+	struct answer a = { .want = 1 };
+	int r;
+
+	shunt_proto_init(&m, SHUNT_MSG_EXEC_NEXT, sizeof(m), 0);
+	r = request(&m, NULL, 0, &a);
+	g->kernel_half = g->memfd = -1;
+	if (r != SHUNT_OK || a.truncated) {
+		shunt_proto_close_fds(a.fds, a.nfds);
+		if (r == SHUNT_OK)
+			return -EMFILE;
+		return r == SHUNT_NONE ? SHUNT_NONE : r > 0 ? -EPROTO : r;
+	}
+	const struct shunt_msg_exec_end *e = (const void *)a.buf;
+
+	if (a.nfds != 1 || e->end > 1) {
+		shunt_proto_close_fds(a.fds, a.nfds);
+		return -EPROTO;
+	}
+	memset(&g->msg, 0, sizeof(g->msg));
+	g->msg.circuit = e->circuit;
+	g->msg.ring_size = e->ring_size;
+	g->msg.end = e->end;
+	g->msg.local = e->local;
+	g->msg.peer = e->peer;
+	g->memfd = a.fds[0];
+	*inode = e->inode;
+	*flags = e->flags;
+	return SHUNT_OK;
 }

@@ -119,6 +119,34 @@ int shunt_ctl_downgrade(uint64_t circuit, int fd);
  * 0 or -errno.
  */
 int shunt_ctl_unrepair(int fd);
+/* The path of shuntd's socket this process talks to ("" if too long to use). */
+const char *shunt_ctl_path(void);
+
+/*
+ * Exec (exec.c; docs/protocol.md). Before an exec or a spawn (@kind, enum
+ * shunt_exec_kind): a ticket for the new image (0 or -errno); a hold for it
+ * on circuit @circuit's end @end, or on listener @listener, whose socket
+ * @fd is (0 or -errno); after it, the spawned child's pid, or 0 when the
+ * exec or the spawn failed (the ticket goes).
+ */
+int shunt_ctl_exec(uint32_t kind, uint64_t *ticket);
+int shunt_ctl_exec_keep(uint64_t ticket, int fd, uint64_t circuit, unsigned end,
+			uint64_t listener, uint32_t flags);
+void shunt_ctl_exec_done(uint64_t ticket, pid_t pid);
+
+/*
+ * In the new image: open the first session claiming this process's exec
+ * ticket. The number of circuit ends it kept (>= 0), -ENOENT if none,
+ * -EBUSY if a session is open already, or -errno.
+ */
+int shunt_ctl_exec_claim(void);
+
+/*
+ * The next circuit end the claimed ticket kept: SHUNT_OK with @g (no kernel
+ * half), the inode of the socket it was kept with and its enum
+ * shunt_exec_flags; SHUNT_NONE when every one was handed out; or -errno.
+ */
+int shunt_ctl_exec_next(struct shunt_grant *g, uint64_t *inode, uint32_t *flags);
 
 /* Close every descriptor of a grant that was not used. */
 void shunt_grant_discard(struct shunt_grant *g);

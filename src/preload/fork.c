@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* fork(): the child holds what the parent holds, at shuntd too. */
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,6 +37,16 @@ void shunt_fork_leave(void)
 	 */
 	shunt_notice_pull_asked();
 	shunt_relisten_run();
+	pthread_rwlock_unlock(&fork_lock);
+}
+
+void shunt_fork_freeze(void)
+{
+	pthread_rwlock_wrlock(&fork_lock);
+}
+
+void shunt_fork_thaw(void)
+{
 	pthread_rwlock_unlock(&fork_lock);
 }
 
@@ -115,17 +126,17 @@ static void orphan_inherited(void)
 	}
 }
 
-pid_t shunt_op_fork(void)
+/* Before a fork: the ticket for the child (0 without one). Takes the fork lock exclusively. */
+static uint64_t fork_begin(uint64_t *secret)
 {
 	static bool warned;	/* under the fork lock, held exclusively */
-	uint64_t ticket = 0, secret = 0;
-	pid_t pid;
+	uint64_t ticket = 0;
 	int r = -ENOTCONN;
 
 	pthread_rwlock_wrlock(&fork_lock);
 	/* Nothing registered without a session: nothing for the child to claim. */
 	if (shunt_ctl_has_session()) {
-		r = shunt_ctl_fork(&ticket, &secret);
+		r = shunt_ctl_fork(&ticket, secret);
 		if (r < 0 && r != -ENOTCONN)
 			shunt_info("fork: shuntd gave no ticket (%s): the child's sockets may "
 				   "end when the parent closes them", strerror(-r));
@@ -141,18 +152,99 @@ pid_t shunt_op_fork(void)
 		shunt_warn("fork while shuntd is unreachable: the child's connections in shared "
 			   "memory end when the parent closes them");
 	}
-	pid = shunt_libc.fork();
-	if (pid == 0) {
-		/* The child: shunt_fork_child ran already. Our own session, then routes. */
-		pthread_rwlock_init(&fork_lock, NULL);
-		if (ticket && shunt_ctl_claim(ticket, secret) == 0)
-			shunt_notice_reroute();
-		else
-			orphan_inherited();
-		return 0;
-	}
+	return ticket;
+}
+
+/* In the child, once shunt_fork_child ran: our own session, then routes. */
+static void fork_child_end(uint64_t ticket, uint64_t secret)
+{
+	pthread_rwlock_init(&fork_lock, NULL);
+	if (ticket && shunt_ctl_claim(ticket, secret) == 0)
+		shunt_notice_reroute();
+	else
+		orphan_inherited();
+}
+
+/* In the parent: the child's pid (or the failure) for shuntd. */
+static void fork_parent_end(uint64_t ticket, pid_t pid)
+{
 	if (ticket)
 		shunt_ctl_fork_done(ticket, pid);
 	pthread_rwlock_unlock(&fork_lock);
+}
+
+pid_t shunt_op_fork(void)
+{
+	uint64_t secret = 0, ticket = fork_begin(&secret);
+	pid_t pid = shunt_libc.fork();	/* runs shunt_fork_prepare & co. (pthread_atfork) */
+
+	if (pid == 0) {
+		fork_child_end(ticket, secret);
+		return 0;
+	}
+	fork_parent_end(ticket, pid);
+	return pid;
+}
+
+pid_t shunt_op_fork_bare(void)
+{
+	uint64_t secret = 0, ticket;
+	pid_t pid;
+
+	if (!shunt_libc._Fork)
+		return -ENOSYS;
+	ticket = fork_begin(&secret);
+	/* _Fork runs no atfork handler: the library's own, which its state needs, run here. */
+	shunt_fork_prepare();
+	pid = shunt_libc._Fork();
+	if (pid == 0) {
+		shunt_fork_child();
+		fork_child_end(ticket, secret);
+		return 0;
+	}
+	if (pid < 0)
+		pid = -errno;
+	shunt_fork_parent();
+	fork_parent_end(ticket, pid);
+	return pid;
+}
+
+/* What a clone child runs first, in its copy of our memory. */
+struct clone_call {
+	int (*fn)(void *);
+	void *arg;
+	uint64_t ticket, secret;
+};
+
+static int clone_child(void *p)
+{
+	struct clone_call *cc = p;
+
+	shunt_fork_child();
+	fork_child_end(cc->ticket, cc->secret);
+	return cc->fn(cc->arg);
+}
+
+int shunt_op_clone(int (*fn)(void *), void *stack, int flags, void *arg, pid_t *ptid, void *tls,
+		   pid_t *ctid)
+{
+	struct clone_call cc = { fn, arg, 0, 0 };
+	int pid;
+
+	/*
+	 * Sharing our memory (a thread, a vfork-like child) or our descriptor
+	 * table, it is no fork: it runs as it always did.
+	 */
+	if (flags & (CLONE_VM | CLONE_THREAD | CLONE_FILES)) {
+		pid = shunt_libc.clone(fn, stack, flags, arg, ptid, tls, ctid);
+		return pid < 0 ? -errno : pid;
+	}
+	cc.ticket = fork_begin(&cc.secret);
+	shunt_fork_prepare();
+	pid = shunt_libc.clone(clone_child, stack, flags, &cc, ptid, tls, ctid);
+	if (pid < 0)
+		pid = -errno;
+	shunt_fork_parent();
+	fork_parent_end(cc.ticket, pid);
 	return pid;
 }

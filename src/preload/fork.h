@@ -18,8 +18,26 @@
 void shunt_fork_enter(void);
 void shunt_fork_leave(void);
 
+/*
+ * No holding made or dropped from freeze to thaw (the fork lock held
+ * exclusively): around an exec, whose new image must find at shuntd exactly
+ * the sockets it inherits. Not taken when the exec succeeds: the image goes.
+ */
+void shunt_fork_freeze(void);
+void shunt_fork_thaw(void);
+
 /* fork() and vfork() (which may always be a fork). */
 pid_t shunt_op_fork(void);
+
+/*
+ * _Fork(), which runs no atfork handler (the library still runs its own),
+ * and glibc's clone() of a child that copies our memory and descriptor
+ * table (no CLONE_VM, CLONE_THREAD or CLONE_FILES): each a fork for
+ * shuntd. The pid, 0 in the child, or -errno.
+ */
+pid_t shunt_op_fork_bare(void);
+int shunt_op_clone(int (*fn)(void *), void *stack, int flags, void *arg, pid_t *ptid, void *tls,
+		   pid_t *ctid);
 
 /* Registered with pthread_atfork by init: the library's locks across fork. */
 void shunt_fork_prepare(void);

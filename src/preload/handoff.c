@@ -11,6 +11,8 @@
 #include "common/sys.h"
 #include "preload/fdlimit.h"
 #include "preload/fdtable.h"
+#include "preload/file.h"
+#include "preload/fork.h"
 #include "preload/handoff.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
@@ -67,6 +69,18 @@ out:
 	pthread_mutex_unlock(&dup2_lock);
 }
 
+size_t shunt_handoff_dup2_sources(int *fds, size_t max)
+{
+	size_t n;
+
+	pthread_mutex_lock(&dup2_lock);
+	n = (size_t)ndup2 < max ? (size_t)ndup2 : max;
+	for (size_t i = 0; i < n; i++)
+		fds[i] = dup2_fds[i];
+	pthread_mutex_unlock(&dup2_lock);
+	return n;
+}
+
 void shunt_handoff_spawn(void)
 {
 	int fds[DUP2_MAX], n;
@@ -114,9 +128,29 @@ void shunt_handoff_scm(const struct msghdr *msg)
 	each_passed_fd(msg, hand_on_ours);
 }
 
+/*
+ * A descriptor the kernel just installed for a received file: whatever the
+ * table still says about its number is stale (a close no preload saw, a
+ * raw system call), and is dropped as that close would have dropped it,
+ * before the new socket is looked at.
+ */
+static void received_one(int fd)
+{
+	struct shunt_file *f;
+
+	if (fd < 0 || (size_t)fd >= shunt_fdt_size())
+		return;
+	shunt_fork_enter();
+	f = shunt_fdt_take(fd);
+	if (f)
+		shunt_file_put(f);
+	shunt_fork_leave();
+	shunt_op_adopt_listener(fd);
+}
+
 void shunt_handoff_received(const struct msghdr *msg)
 {
-	each_passed_fd(msg, shunt_op_adopt_listener);
+	each_passed_fd(msg, received_one);
 }
 
 void shunt_handoff_inherited(void)

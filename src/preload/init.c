@@ -16,6 +16,7 @@
 #include "common/sys.h"
 #include "preload/control.h"
 #include "preload/fault.h"
+#include "preload/exec.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
 #include "preload/handoff.h"
@@ -90,9 +91,16 @@ static void init(void)
 	shunt_stats_init();
 	pthread_atfork(shunt_fork_prepare, shunt_fork_parent, shunt_fork_child);
 	atomic_store_explicit(&shunt_ready, true, memory_order_release);
-	/* Listening sockets this program was started with (socket activation, an exec). */
-	if (enabled)
+	/*
+	 * Connections the program before an exec kept in shared memory for us
+	 * (their ticket is claimed by the first session, so first), then
+	 * listening sockets this program was started with (socket activation,
+	 * an exec).
+	 */
+	if (enabled) {
+		shunt_exec_adopt();
 		shunt_handoff_inherited();
+	}
 }
 
 void shunt_init(void)

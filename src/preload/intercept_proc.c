@@ -1,21 +1,30 @@
 // SPDX-License-Identifier: MIT
 /*
  * Exported wrappers of the calls that make processes and replace programs:
- * fork and vfork (the child holds what the parent holds), and the exec
- * family, posix_spawn, system and popen, before which every shunt
- * connection the new program inherits moves onto its kernel socket.
+ * fork, vfork, _Fork, daemon and a clone that copies our memory (the child
+ * holds what the parent holds); the exec family,
+ * before which every shunt connection the new program inherits is kept in
+ * shared memory for it, or moved onto its kernel socket when it cannot take
+ * it (exec.h); posix_spawn, system and popen, before which such connections
+ * move onto the kernel.
  */
 #include <errno.h>
+#include <sched.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "preload/exec.h"
 #include "preload/fork.h"
 #include "preload/handoff.h"
 #include "preload/init.h"
 #include "preload/libc.h"
+#include "preload/util.h"
 
+pid_t _Fork(void);
 int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags);
 extern char **environ;
 
@@ -36,51 +45,160 @@ SHUNT_EXPORT pid_t vfork(void)
 	return shunt_op_fork();
 }
 
-SHUNT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+/* _Fork runs no atfork handler of the program; the library's state still needs its own. */
+SHUNT_EXPORT pid_t _Fork(void)
+{
+	int saved = errno;
+
+	shunt_ensure_init();
+	return (pid_t)shunt_ret(shunt_op_fork_bare(), saved);
+}
+
+/*
+ * glibc's clone: a child that copies our memory is a fork for shuntd; one
+ * that shares it (threads, CLONE_VM) goes through untouched.
+ */
+SHUNT_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	va_list ap;
+	pid_t *ptid, *ctid;
+	void *tls;
+	int saved = errno;
+
+	/* glibc's own clone reads these from registers whatever the flags. */
+	va_start(ap, arg);
+	ptid = va_arg(ap, pid_t *);
+	tls = va_arg(ap, void *);
+	ctid = va_arg(ap, pid_t *);
+	va_end(ap);
+	shunt_ensure_init();
+	return (int)shunt_ret(shunt_op_clone(fn, stack, flags, arg, ptid, tls, ctid), saved);
+}
+
+/*
+ * daemon(3): glibc forks inside it with an internal call no preload sees,
+ * and the parent exits at once, so its session went with everything it
+ * held (the listener a server made before daemonizing, the connections
+ * queued on it), and the child held nothing at shuntd. The same steps, with
+ * a fork of ours, and the descriptors moved onto /dev/null through our dup2.
+ */
+SHUNT_EXPORT int daemon(int nochdir, int noclose)
+{
+	struct stat st;
+	int saved = errno, fd;
+
+	shunt_ensure_init();
+	switch (shunt_op_fork()) {
+	case -1:
+		return -1;
+	case 0:
+		break;
+	default:
+		_exit(0);
+	}
+	if (setsid() < 0)
+		return -1;
+	if (!nochdir)
+		(void)!chdir("/");
+	if (!noclose) {
+		fd = open("/dev/null", O_RDWR);
+		if (fd < 0)
+			return -1;
+		if (fstat(fd, &st) < 0 || !S_ISCHR(st.st_mode)) {
+			close(fd);
+			errno = ENODEV;
+			return -1;
+		}
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		if (fd > STDERR_FILENO)
+			close(fd);
+	}
+	errno = saved;
+	return 0;
+}
+
+/*
+ * Every exec: the connections that survive it are kept for the new image or
+ * moved (shunt_exec_prepare); if the exec returns, it failed, and that is
+ * undone (shunt_exec_failed keeps errno).
+ */
+static struct shunt_exec_undo exec_begin(const struct shunt_exec_target *t)
 {
 	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.execve(path, argv, envp);
+	return shunt_exec_prepare(t);
+}
+
+SHUNT_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = envp };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execve(path, argv, envp);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int execv(const char *path, char *const argv[])
 {
-	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.execv(path, argv);
+	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = environ };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execv(path, argv);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int execvp(const char *file, char *const argv[])
 {
-	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.execvp(file, argv);
+	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
+				       .envp = environ };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execvp(file, argv);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.execvpe(file, argv, envp);
+	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
+				       .envp = envp };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execvpe(file, argv, envp);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	shunt_ensure_init();
-	shunt_handoff_exec();
-	return shunt_libc.fexecve(fd, argv, envp);
+	struct shunt_exec_target t = { .path = "", .dirfd = fd, .at_flags = AT_EMPTY_PATH,
+				       .envp = envp };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.fexecve(fd, argv, envp);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 SHUNT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			  int flags)
 {
+	struct shunt_exec_target t = { .path = path, .dirfd = dirfd, .at_flags = flags,
+				       .envp = envp };
+
 	shunt_ensure_init();
 	if (!shunt_libc.execveat) {
 		errno = ENOSYS;
 		return -1;
 	}
-	shunt_handoff_exec();
-	return shunt_libc.execveat(dirfd, path, argv, envp, flags);
+	struct shunt_exec_undo undo = exec_begin(&t);
+	int r = shunt_libc.execveat(dirfd, path, argv, envp, flags);
+
+	shunt_exec_failed(undo);
+	return r;
 }
 
 /*
@@ -178,22 +296,41 @@ SHUNT_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa
 	return shunt_libc.posix_spawn_file_actions_adddup2(fa, fd, newfd);
 }
 
+/*
+ * posix_spawn: the child's new image keeps the connections it inherits in
+ * shared memory when it runs the library, as an exec does (exec.h); the
+ * spawn ticket learns the child's pid, which posix_spawn may not give back.
+ */
 SHUNT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			     const posix_spawnattr_t *attr, char *const argv[],
 			     char *const envp[])
 {
-	shunt_ensure_init();
-	shunt_handoff_spawn();
-	return shunt_libc.posix_spawn(pid, path, fa, attr, argv, envp);
+	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = envp,
+				       .spawn = true };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	pid_t child = -1;
+	int r = shunt_libc.posix_spawn(&child, path, fa, attr, argv, envp);
+
+	if (r == 0 && pid)
+		*pid = child;
+	shunt_exec_spawned(undo, r == 0 ? child : -1);
+	return r;
 }
 
 SHUNT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
 			      const posix_spawnattr_t *attr, char *const argv[],
 			      char *const envp[])
 {
-	shunt_ensure_init();
-	shunt_handoff_spawn();
-	return shunt_libc.posix_spawnp(pid, file, fa, attr, argv, envp);
+	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
+				       .envp = envp, .spawn = true };
+	struct shunt_exec_undo undo = exec_begin(&t);
+	pid_t child = -1;
+	int r = shunt_libc.posix_spawnp(&child, file, fa, attr, argv, envp);
+
+	if (r == 0 && pid)
+		*pid = child;
+	shunt_exec_spawned(undo, r == 0 ? child : -1);
+	return r;
 }
 
 /* system() and popen() start a shell that inherits what has no FD_CLOEXEC, as exec does. */

@@ -31,7 +31,7 @@ static int optional(const char *name)
 	       !strcmp(name, "__poll_chk") || !strcmp(name, "epoll_pwait2") ||
 	       !strcmp(name, "execveat") || !strcmp(name, "pidfd_open") ||
 	       !strcmp(name, "pidfd_getfd") || !strcmp(name, "fanotify_init") ||
-	       !strcmp(name, "memfd_create");
+	       !strcmp(name, "memfd_create") || !strcmp(name, "_Fork");
 }
 
 #define SHUNT_LIBC_ENTRY(ret, name, args) { #name, (void **)&shunt_libc.name },

@@ -110,6 +110,8 @@
 	X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *)) \
 	X(int, epoll_pwait2, (int, struct epoll_event *, int, const struct timespec *, const sigset_t *)) \
 	X(pid_t, fork, (void)) \
+	X(pid_t, _Fork, (void)) \
+	X(int, clone, (int (*)(void *), void *, int, void *, ...)) \
 	X(int, execve, (const char *, char *const[], char *const[])) \
 	X(int, execv, (const char *, char *const[])) \
 	X(int, execvp, (const char *, char *const[])) \
@@ -128,7 +130,8 @@
 	X(__sighandler_t, __sysv_signal, (int, __sighandler_t)) \
 	X(__sighandler_t, sigset, (int, __sighandler_t)) \
 	X(int, sigignore, (int)) \
-	X(int, siginterrupt, (int, int))
+	X(int, siginterrupt, (int, int)) \
+	X(FILE *, fdopen, (int, const char *))
 
 #define SHUNT_LIBC_POINTER(ret, name, args) ret (*name) args;
 struct shunt_libc {

@@ -33,6 +33,42 @@ static int open_report(void)
 				  O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 }
 
+static int by_address(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Add the bytes of every connection still open to *@tx and *@rx, each socket once. */
+static void open_bytes(uint64_t *tx, uint64_t *rx)
+{
+	size_t n = 0, cap = (size_t)shunt_stats.max_fd + 1;
+	struct shunt_sock **v = malloc(cap * sizeof(*v));
+
+	if (!v)
+		return;
+	for (int i = 0; i <= shunt_stats.max_fd; i++) {
+		struct shunt_sock *s = shunt_fdt_get(i);
+
+		if (s)
+			v[n++] = s;
+	}
+	qsort(v, n, sizeof(*v), by_address);
+	for (size_t i = 0; i < n; i++) {
+		struct shunt_sock *s = v[i];
+
+		if ((i == 0 || v[i - 1] != s) && shunt_sock_state(s) == SHUNT_SOCK_CONNECTED &&
+		    s->conn) {
+			*tx += shunt_conn_tx_bytes(s->conn);
+			*rx += shunt_conn_rx_bytes(s->conn);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		shunt_sock_put(v[i]);
+	free(v);
+}
+
 static void report(void)
 {
 	uint64_t tx = shunt_stats.shm_tx_bytes, rx = shunt_stats.shm_rx_bytes;
@@ -43,19 +79,8 @@ static void report(void)
 
 	if (pid < 0)
 		pid = (long)shunt_pid;
-
-	/* Connections still open at exit count too. */
-	for (int i = 0; i <= shunt_stats.max_fd; i++) {
-		struct shunt_sock *s = shunt_fdt_get(i);
-
-		if (!s)
-			continue;
-		if (shunt_sock_state(s) == SHUNT_SOCK_CONNECTED && s->conn) {
-			tx += shunt_conn_tx_bytes(s->conn);
-			rx += shunt_conn_rx_bytes(s->conn);
-		}
-		shunt_sock_put(s);
-	}
+	/* Connections still open at exit count too, once each (dup'ed descriptors share one). */
+	open_bytes(&tx, &rx);
 	n = snprintf(line, sizeof(line),
 		     "{\"pid\":%ld,\"shm_connect\":%llu,\"shm_accept\":%llu,"
 		     "\"kernel_connect\":%llu,\"kernel_accept\":%llu,"

@@ -465,6 +465,7 @@ static bool always_answered(uint16_t type)
 	case SHUNT_MSG_HELLO: case SHUNT_MSG_LISTEN: case SHUNT_MSG_CONNECT:
 	case SHUNT_MSG_ACCEPT: case SHUNT_MSG_LINK: case SHUNT_MSG_LINK_NEXT:
 	case SHUNT_MSG_FORK: case SHUNT_MSG_DOWNGRADE: case SHUNT_MSG_UNREPAIR:
+	case SHUNT_MSG_EXEC: case SHUNT_MSG_EXEC_KEEP: case SHUNT_MSG_EXEC_NEXT:
 		return true;
 	}
 	return false;
@@ -475,7 +476,7 @@ static unsigned fds_due(uint16_t type)
 {
 	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT ||
 	       type == SHUNT_MSG_DOWNGRADE || type == SHUNT_MSG_UNREPAIR ||
-	       type == SHUNT_MSG_WITHDRAW;
+	       type == SHUNT_MSG_WITHDRAW || type == SHUNT_MSG_EXEC_KEEP;
 }
 
 /*

@@ -18,7 +18,8 @@ VERSION = 3
 REPLY = 0x8000
 (HELLO, LISTEN, UNLISTEN, CONNECT, ACCEPT, CLOSE, STATUS, STATUS_SESSION,
  STATUS_LISTENER, STATUS_CONN, STATUS_END, LINK, LINK_NEXT, FORK, FORK_DONE,
- DOWNGRADE) = range(1, 17)
+ DOWNGRADE, STATUS_POLICY, UNREPAIR, WITHDRAW, EXEC, EXEC_KEEP, EXEC_DONE,
+ EXEC_NEXT) = range(1, 24)  # include/shunt/proto.h
 SECRET = 0x5a5a5a5a5a5a5a5a
 
 # Descriptor kinds (enum fd_kind).
@@ -92,6 +93,22 @@ def fork_done(ticket, pid):
 
 def downgrade(cid):
     return msg(DOWNGRADE, struct.pack('<Q', cid))
+
+
+def exec_(kind=0):
+    return msg(EXEC, struct.pack('<II', kind, 0))
+
+
+def exec_keep(ticket, cid, end, lid=0, flags=0):
+    return msg(EXEC_KEEP, struct.pack('<QQQII', ticket, cid, lid, end, flags))
+
+
+def exec_done(ticket, pid=0):
+    return msg(EXEC_DONE, struct.pack('<QiI', ticket, pid, 0))
+
+
+def exec_next():
+    return msg(EXEC_NEXT)
 
 
 def send(peer, record, fds=()):
@@ -173,6 +190,19 @@ def scenarios():
                       send(A, b'\x01\x00') +                                    # not a header
                       send(A, b'', [EVENTFD]) +                                 # empty, with a descriptor
                       send(A, hello()))
+    # B keeps its end (and asks for a listener it does not hold) for an exec, then
+    # its session goes as at exec; the next one claims the ticket (the harness is
+    # one process: same pid) and fetches what it kept.
+    s['exec-claim'] = (setup + send(A, accept(5), [POOL0]) + send(B, exec_()) +
+                       send(B, exec_keep(7, 6, 0), [KEPT]) + send(B, exec_keep(7, 0, 0, 5), [POOL0]) +
+                       send(B, exec_keep(99, 6, 0), [KEPT]) + restart(B) + send(B, hello(2)) +
+                       send(B, exec_next()) + send(B, exec_next()) + send(B, close(6, 0, 1)))
+    # An exec that failed, and spawns: one that failed, one whose pid is not a child.
+    s['exec-done'] = (setup + send(B, exec_()) + send(B, exec_keep(7, 6, 0), [KEPT]) +
+                      send(B, exec_done(7)) + send(A, exec_(1)) + send(A, exec_done(8, 0)) +
+                      send(A, exec_(1)) + send(A, listen(5), [POOL0]) +
+                      send(A, exec_keep(9, 0, 0, 5), [POOL0]) + send(A, exec_done(9, 1)) +
+                      send(A, exec_(7)) + send(B, hello(2)))
     return s
 
 
