@@ -5,6 +5,7 @@
 // SEND, RECV and POLL_ADD on a connection; WRITE through a registered file;
 // CONNECT of an unconnected socket and ACCEPT on a listener; POLL_ADD on an
 // epoll instance that holds a connection.
+// shunt-needs: companions
 // shunt-expect: shm_connect>=3 shm_accept>=3 shm_tx_bytes>=1 shm_rx_bytes>=1
 // shunt-expect: kernel_accept>=1
 #include "t_uring.h"
