@@ -608,6 +608,7 @@ int shunt_cmd_status(int argc, char **argv)
 	free(v.sessions);
 	free(v.listeners);
 	free(v.conns);
+	free(v.policy);
 	free(v.kconns);
 	return 0;
 }
