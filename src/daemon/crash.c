@@ -18,7 +18,12 @@
 enum { ALT_STACK = 64 << 10, FRAMES = 64 };
 
 static char alt_stack[ALT_STACK];
+#ifdef __SANITIZE_ADDRESS__
+/* ASan reports faults itself, and better: it keeps those three. */
+static const int fatal[] = { SIGILL, SIGABRT, SIGSYS, SIGTRAP };
+#else
 static const int fatal[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGSYS, SIGTRAP };
+#endif
 
 /* Only async-signal-safe calls below: snprintf into a stack buffer, write. */
 static void on_fatal(int sig, siginfo_t *si, void *uctx)

@@ -316,10 +316,7 @@ int main(int argc, char **argv)
 	if (shuntd_policy_load(&d) < 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
-#ifndef __SANITIZE_ADDRESS__
-	/* Under ASan its own report of a crash is the better one. */
 	shuntd_crash_init();
-#endif
 	raise_nofile();
 	d.netns_self = own_netns();
 	shuntd_socket_init(d.netns_self);
