@@ -217,6 +217,16 @@ def build_dir():
 
 
 @pytest.fixture(scope="session")
+def sanitized(build_dir):
+    """Whether build_dir is a sanitizer build (meson -Dsanitize=true)."""
+    try:
+        with open(build_dir / "meson-info" / "intro-buildoptions.json") as f:
+            return any(o["name"] == "sanitize" and o["value"] is True for o in json.load(f))
+    except (OSError, ValueError):
+        return False
+
+
+@pytest.fixture(scope="session")
 def shunt_bin(build_dir):
     """Path of the shunt CLI; it may not exist (use shunt_cli to fail)."""
     return build_dir / "src" / "cli" / "shunt"

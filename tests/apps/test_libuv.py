@@ -140,7 +140,7 @@ def run_all(mode, prefix, runtime, servers, tmp_path, session=None):  # noqa: F8
 @pytest.mark.shunt
 @pytest.mark.parametrize("runtime", ["c", "node", "uvloop"])
 def test_libuv_echo(runtime, request, tools, build_dir, shunt_session, shunt_cli, servers,
-                    tmp_path):
+                    tmp_path, sanitized):
     prefix, version = runtime_argv(runtime, build_dir)
     with matrix_row(request, f"uvecho ({runtime})", version,
                     "itself: keep-alive and a connection per request, files between", "shm"):
@@ -159,4 +159,8 @@ def test_libuv_echo(runtime, request, tools, build_dir, shunt_session, shunt_cli
         assert cli.get("shm_connect", 0) >= conns and not cli.get("kernel_connect"), cli
         before, after, d_before, d_after, _ = shunt[2]
         assert after == before, f"server (circuit mappings, descriptors): {before} -> {after}"
-        assert d_after - d_before < SHUNTD_GROWTH_MAX, (d_before, d_after)
+        # ASan keeps freed memory in quarantine, so shuntd's resident size
+        # grows there without a leak; its LeakSanitizer report at exit (which
+        # the shunt_session fixture reads) stands for this check instead.
+        if not sanitized:
+            assert d_after - d_before < SHUNTD_GROWTH_MAX, (d_before, d_after)
