@@ -115,6 +115,12 @@ struct shunt_circuit_end {
 	_Atomic uint32_t corked;
 	_Atomic int64_t cork_deadline;
 	/*
+	 * Holders: the CPU (+ 1) a holder thread last waited on or woke up
+	 * on, 0 while it sleeps. The peer's waiters do not spin for us while
+	 * they run on that CPU (preload/spin.c). A hint like the rest.
+	 */
+	_Atomic uint32_t cpu;
+	/*
 	 * Where notices for this end go: per holder process that watches it in
 	 * poll or epoll, (session id << 16 | slot); 0 is a free entry.
 	 */
@@ -161,6 +167,7 @@ _Static_assert(offsetof(struct shunt_circuit_end, cork_deadline) + 8 <= SHUNT_SH
 	       "options in the first block");
 _Static_assert(offsetof(struct shunt_circuit_end, nap) == 44, "layout v3: nap in what was padding");
 _Static_assert(offsetof(struct shunt_circuit_end, rcvtimeo_us) == 48, "layout v3");
+_Static_assert(offsetof(struct shunt_circuit_end, cpu) == 88, "layout v3: cpu in what was padding");
 _Static_assert(offsetof(struct shunt_circuit_end, route) == SHUNT_SHARE_APART, "routes apart");
 _Static_assert(offsetof(struct shunt_circuit_end, pid_overflow) + 4 <= 2 * SHUNT_SHARE_APART,
 	       "pids with the routes");
