@@ -36,7 +36,8 @@ static void usage(FILE *f)
 		"  --no-daemon    do not start a daemon; without one, sockets use the kernel\n"
 		"\n"
 		"Environment for the program: SHUNT_LOG=quiet|error|warn|info|debug,\n"
-		"SHUNT_DISABLE=1 (everything on the kernel), SHUNT_SPIN_US=N (busy-wait budget),\n"
+		"SHUNT_DISABLE=1 (everything on the kernel), SHUNT_SPIN_US=N (most microseconds\n"
+		"a wait spins, when spinning pays; 0: never),\n"
 		"SHUNT_STATS=FILE (append per-process transport counters as JSON at exit).\n",
 		EMBEDDED_IDLE_EXIT_S);
 }

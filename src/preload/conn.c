@@ -938,7 +938,7 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		release_held(c, 0);
 		tx_unlock(c);
 		want.need = whole ? left : 1;
-		r = shunt_wait_end(c->me, &c->me->tx_waiters, tx_ready, &want,
+		r = shunt_wait_end(c->me, c->peer, &c->me->tx_waiters, tx_ready, &want,
 				   shunt_timer_deadline(&timer));
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;
@@ -1086,7 +1086,7 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		/* Sleep without the lock, as the kernel's sk_wait_data releases the socket. */
 		rx_unlock(c);
 		want.need = peek ? target : target - copied;
-		r = shunt_wait_end(c->me, &c->me->rx_waiters, rx_ready, &want,
+		r = shunt_wait_end(c->me, c->peer, &c->me->rx_waiters, rx_ready, &want,
 				   shunt_timer_deadline(&timer));
 		if (r == -ETIMEDOUT)
 			r = -EAGAIN;

@@ -3,10 +3,11 @@
  * epoll_wait over a shunt epoll instance: kernel events (the application's
  * own, passed through with their data; our sentinels turned back into the
  * application's events) plus the ready list of CIRCUIT registrations, which
- * notices fill. The thread spins briefly, then sleeps in the instance,
- * with the notice hub in it for as long as someone sleeps there. Kernel
- * calls use our own descriptor of the instance: the application's may be
- * closed by another thread meanwhile, and the kernel's epoll_wait goes on.
+ * notices fill. The thread spins while that can pay (spin.h), then sleeps
+ * in the instance, with the notice hub in it for as long as someone sleeps
+ * there. Kernel calls use our own descriptor of the instance: the
+ * application's may be closed by another thread meanwhile, and the kernel's
+ * epoll_wait goes on.
  */
 #include <errno.h>
 #include <limits.h>
@@ -21,6 +22,7 @@
 #include "preload/ops.h"
 #include "preload/seccomp.h"
 #include "preload/sock.h"
+#include "preload/spin.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
@@ -329,14 +331,26 @@ static int wait_null(struct shunt_epoll *ep, int64_t timeout_ns, const sigset_t 
 	}
 }
 
+/* The spin of a wait is over, with @r: what the wait returns, or 0 when it goes to sleep. */
+static int spin_done(struct shunt_spin **sp, int r)
+{
+	if (*sp) {
+		shunt_spin_end(*sp, r > 0);
+		*sp = NULL;
+	}
+	return r;
+}
+
 int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *events, int max,
 		     int64_t timeout_ns, const sigset_t *mask)
 {
 	int64_t start = shunt_now_ns();
 	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
-	int64_t spin_ns = mask ? 0 : shunt_wait_spin_ns(), nap = NAP_MIN_NS;
+	int64_t nap = NAP_MIN_NS;
 	struct harvest h = { .out = events, .max = max };
 	struct epoll_event first;
+	struct shunt_spin spin, *sp = NULL;
+	int r;
 
 	if (max <= 0 || max > INT_MAX / (int)sizeof(struct epoll_event))
 		return -EINVAL;
@@ -345,9 +359,13 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 	/* Not even the first slot can be written: wait as the kernel would, taking nothing. */
 	if (!get_event(&h, 0, &first) || !put_event(&h, 0, &first))
 		return wait_null(ep, timeout_ns, mask);
+	/* Not with a signal mask: a signal it lets through must find us asleep. */
+	if (!mask && timeout_ns != 0) {
+		sp = &spin;
+		shunt_spin_begin(sp, start, NULL);
+	}
 	for (unsigned round = 0;; round++) {
 		bool circuits;
-		int r;
 
 		/* Notices first: they fill the ready list and set inner bells. */
 		shunt_notice_drain(h.hub_fired);
@@ -358,17 +376,18 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 		/* While spinning, ask the kernel only now and then: it is a system call. */
 		r = gather(ep, &h, round == 0 || !(round % 32) || !circuits);
 		if (r < 0)
-			return r;
+			return spin_done(&sp, r);
 		if (h.n || timeout_ns == 0 || h.full)
-			return h.n ? h.n : h.full ? -EFAULT : 0;
+			return spin_done(&sp, h.n ? h.n : h.full ? -EFAULT : 0);
 		int64_t now = shunt_now_ns();
 
 		if (deadline >= 0 && now >= deadline)
-			return 0;
-		if (circuits && now - start < spin_ns) {
+			return spin_done(&sp, 0);
+		if (sp && circuits && shunt_spin_go_on(sp)) {
 			shunt_cpu_relax();
 			continue;
 		}
+		spin_done(&sp, 0);
 		/*
 		 * Sleep: announce ourselves (to notifiers through the links, to
 		 * routers through the bell), look once more, then wait.

@@ -27,6 +27,7 @@
 #include "preload/seccomp.h"
 #include "preload/stats.h"
 #include "preload/util.h"
+#include "preload/spin.h"
 #include "preload/wait.h"
 
 _Atomic bool shunt_ready;
@@ -87,7 +88,7 @@ static void init(void)
 	if (enabled && shunt_fdt_init() < 0)
 		enabled = false;
 	shunt_ctl_init();
-	shunt_wait_init();
+	shunt_spin_init();
 	shunt_stats_init();
 	pthread_atfork(shunt_fork_prepare, shunt_fork_parent, shunt_fork_child);
 	atomic_store_explicit(&shunt_ready, true, memory_order_release);

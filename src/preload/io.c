@@ -62,8 +62,8 @@ static int await_connected(struct shunt_sock *s, bool nonblock, int64_t timeout_
 		return st == SHUNT_SOCK_CONNECTED ? 0 : -ENOTCONN;
 	if (nonblock)
 		return -EAGAIN;
-	r = shunt_wait_end(s->conn->me, &s->conn->me->tx_waiters, established, s->conn,
-			   shunt_deadline(timeout_us));
+	r = shunt_wait_end(s->conn->me, s->conn->peer, &s->conn->me->tx_waiters, established,
+			   s->conn, shunt_deadline(timeout_us));
 	if (r == -ETIMEDOUT)
 		return -EAGAIN;
 	if (r < 0)

@@ -24,6 +24,7 @@
 #include "preload/ops.h"
 #include "preload/seccomp.h"
 #include "preload/sock.h"
+#include "preload/spin.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
@@ -262,17 +263,21 @@ static void arm(struct poll_set *ps, int delta)
 /* poll over the library's own array @fds. */
 static int poll_run(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
 {
-	int64_t start = shunt_now_ns(), spin_ns = mask ? 0 : shunt_wait_spin_ns();
-	int64_t nap = NAP_MIN_NS;
+	int64_t start = shunt_now_ns(), nap = NAP_MIN_NS;
 	int64_t deadline = timeout_ns >= 0 ? start + timeout_ns : -1;
 	struct timespec zero = { 0, 0 };
+	struct shunt_spin sp;
 	struct poll_set ps;
-	bool hub_fired = false;
+	bool hub_fired = false, spinning;
 	int r, count;
 
 	r = set_build(&ps, fds, n);
 	if (r < 0)
 		return r;
+	/* Not with a signal mask: a signal it lets through must find us asleep. */
+	spinning = ps.has_circuits && !mask && timeout_ns != 0;
+	if (spinning)
+		shunt_spin_begin(&sp, start, NULL);
 	for (unsigned round = 0;; round++) {
 		int64_t now;
 
@@ -294,9 +299,13 @@ static int poll_run(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigs
 			r = 0;
 			break;
 		}
-		if (ps.has_circuits && now - start < spin_ns) {
+		if (spinning && shunt_spin_go_on(&sp)) {
 			shunt_cpu_relax();
 			continue;
+		}
+		if (spinning) {
+			shunt_spin_end(&sp, false);
+			spinning = false;
 		}
 		/* Sleep: kernel descriptors plus the notice hub, after arming the circuits. */
 		struct timespec left, *lp = NULL;
@@ -352,6 +361,8 @@ static int poll_run(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigs
 			break;
 		}
 	}
+	if (spinning)
+		shunt_spin_end(&sp, r > 0);
 	set_free(&ps);
 	return r;
 }

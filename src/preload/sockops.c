@@ -311,8 +311,8 @@ static bool setup_decided(void *arg)
 static int wait_established(struct shunt_sock *s, int fd)
 {
 	int64_t deadline = shunt_deadline(shunt_sock_opt_sndtimeo(s));
-	int r = shunt_wait_end(s->conn->me, &s->conn->me->tx_waiters, setup_decided, s->conn,
-			       deadline);
+	int r = shunt_wait_end(s->conn->me, s->conn->peer, &s->conn->me->tx_waiters,
+			       setup_decided, s->conn, deadline);
 
 	if (r == -ETIMEDOUT)
 		return -EINPROGRESS;

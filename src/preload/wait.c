@@ -8,32 +8,15 @@
 #include <stdlib.h>
 
 #include "common/sys.h"
+#include "preload/spin.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
 enum {
-	DEFAULT_SPIN_NS = 50 * 1000,
-	YIELDS = 16,
+	QUICK_LOOKS = 16,		/* ready() calls before the spin's bookkeeping */
 	NAP_MIN_NS = 50 * 1000,		/* the first nap when nobody can wake us */
 	NAP_MAX_NS = 2 * 1000 * 1000,	/* and the longest: what an idle wait costs then */
 };
-
-static int64_t spin_ns = DEFAULT_SPIN_NS;	/* written once by init */
-
-void shunt_wait_init(void)
-{
-	const char *s = getenv("SHUNT_SPIN_US");
-
-	if (s && *s)
-		spin_ns = strtoll(s, NULL, 10) * 1000;
-	if (spin_ns < 0)
-		spin_ns = 0;
-}
-
-int64_t shunt_wait_spin_ns(void)
-{
-	return spin_ns;
-}
 
 int64_t shunt_deadline(int64_t timeout_us)
 {
@@ -48,37 +31,48 @@ int64_t shunt_deadline(int64_t timeout_us)
 	return now + timeout_us * 1000;
 }
 
-/* Spin then yield; true as soon as ready. */
-static bool busy_phase(bool (*ready)(void *), void *arg, int64_t deadline)
+/* Spin, then yield, as long as it can pay (spin.c); true as soon as ready. */
+static bool busy_phase(struct shunt_circuit_end *me, const struct shunt_circuit_end *peer,
+		       bool (*ready)(void *), void *arg, int64_t deadline)
 {
-	int64_t start = shunt_now_ns(), now = start;
+	struct shunt_spin sp;
+	bool ok = false;
 
-	while (now - start < spin_ns) {
-		for (int i = 0; i < 64; i++) {
-			if (ready(arg))
-				return true;
-			shunt_cpu_relax();
-		}
-		now = shunt_now_ns();
-		if (deadline && now >= deadline)
-			return false;
-	}
-	for (int i = 0; i < YIELDS; i++) {
+	/*
+	 * A peer on another CPU answering a ping-pong does so within a
+	 * fraction of a microsecond: look a few times before any of the
+	 * bookkeeping below, which costs more than such an answer takes.
+	 */
+	for (int i = 0; i < QUICK_LOOKS; i++) {
 		if (ready(arg))
 			return true;
-		/* Through the gate: a filter may forbid it, and a spin does as well. */
-		if (shunt_syscall(SYS_sched_yield) < 0)
-			shunt_cpu_relax();
+		shunt_cpu_relax();
 	}
-	return ready(arg);
+	shunt_spin_publish(&me->cpu);
+	shunt_spin_begin(&sp, shunt_now_ns(), &peer->cpu);
+	for (;;) {
+		for (int i = 0; i < 64; i++) {
+			if (ready(arg)) {
+				ok = true;
+				goto out;
+			}
+			shunt_cpu_relax();
+		}
+		if (!shunt_spin_go_on(&sp) || (deadline && sp.last >= deadline))
+			break;
+	}
+	ok = ready(arg);
+out:
+	shunt_spin_end(&sp, ok);
+	return ok;
 }
 
-int shunt_wait_end(struct shunt_circuit_end *me, _Atomic uint32_t *waiters,
-		   bool (*ready)(void *), void *arg, int64_t deadline)
+int shunt_wait_end(struct shunt_circuit_end *me, const struct shunt_circuit_end *peer,
+		   _Atomic uint32_t *waiters, bool (*ready)(void *), void *arg, int64_t deadline)
 {
 	int64_t nap = NAP_MIN_NS;
 
-	if (busy_phase(ready, arg, deadline))
+	if (busy_phase(me, peer, ready, arg, deadline))
 		return 0;
 	for (;;) {
 		struct timespec rel, *relp = NULL;
@@ -94,6 +88,8 @@ int shunt_wait_end(struct shunt_circuit_end *me, _Atomic uint32_t *waiters,
 		 */
 		atomic_fetch_add_explicit(waiters, 1, memory_order_seq_cst);
 		seq = atomic_load_explicit(&me->wake, memory_order_seq_cst);
+		/* Asleep: nobody need leave our last CPU to us. */
+		atomic_store_explicit(&me->cpu, 0, memory_order_relaxed);
 		if (ready(arg)) {
 			atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
 			return 0;
@@ -121,6 +117,7 @@ int shunt_wait_end(struct shunt_circuit_end *me, _Atomic uint32_t *waiters,
 			napping = true;
 		}
 		atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+		shunt_spin_publish(&me->cpu);
 		if (ready(arg))
 			return 0;
 		if (r == -EINTR)

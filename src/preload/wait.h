@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Adaptive waiting for one circuit end (DESIGN decision 4): spin briefly
- * while the peer is likely to answer within microseconds, then yield the CPU
- * a few times, then sleep on the end's futex after announcing ourselves, so
- * an idle connection costs nothing.
+ * Adaptive waiting for one circuit end (DESIGN decision 4): spin while the
+ * peer is likely to answer within microseconds and spinning can pay
+ * (spin.h), then sleep on the end's futex after announcing ourselves, so an
+ * idle connection costs nothing.
  */
 #ifndef SHUNT_WAIT_H
 #define SHUNT_WAIT_H
@@ -14,21 +14,17 @@
 
 #include "shunt/circuit.h"
 
-/* Spin and yield budgets; read once from SHUNT_SPIN_US at start. */
-void shunt_wait_init(void);
-
-/* Nanoseconds to spin before yielding; 0 disables spinning. */
-int64_t shunt_wait_spin_ns(void);
-
 /*
- * Wait until @ready(@arg) is true. @waiters is this end's rx_waiters or
- * tx_waiters, incremented while asleep so the peer knows to wake us.
+ * Wait until @ready(@arg) is true, for the peer end @peer of our end @me:
+ * spinning while that can pay (spin.h), then asleep on @me's futex. @waiters
+ * is @me's rx_waiters or tx_waiters, incremented while asleep so the peer
+ * knows to wake us.
  * @deadline is absolute CLOCK_MONOTONIC nanoseconds, or 0 for none.
  * Returns 0 once ready, -ETIMEDOUT, or -EINTR when a signal handler ran and
  * the call should not be restarted (as recv(2) would report).
  */
-int shunt_wait_end(struct shunt_circuit_end *me, _Atomic uint32_t *waiters,
-		   bool (*ready)(void *), void *arg, int64_t deadline);
+int shunt_wait_end(struct shunt_circuit_end *me, const struct shunt_circuit_end *peer,
+		   _Atomic uint32_t *waiters, bool (*ready)(void *), void *arg, int64_t deadline);
 
 /* A deadline @timeout_us from now (0: none). */
 int64_t shunt_deadline(int64_t timeout_us);
