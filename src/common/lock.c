@@ -10,7 +10,14 @@
 #include "common/sys.h"
 
 enum {
-	SPINS = 200,			/* the owner is copying: it is done in a moment */
+	/*
+	 * The owner is copying: it is done in a moment, if it runs. Between
+	 * short spins we offer the CPU: an owner preempted on ours (holders
+	 * outnumber the CPUs) runs now rather than after our whole spin, and
+	 * with nobody else runnable here the offer comes straight back.
+	 */
+	SPINS = 50,
+	SPIN_ROUNDS = 4,
 	CHECK_NS = 10 * 1000 * 1000,	/* how often a sleeper looks whether the owner lives */
 	NAP_NS = 200 * 1000,		/* how often it looks when a filter forbids the futex */
 };
@@ -40,12 +47,16 @@ int shunt_lock_wait(_Atomic uint32_t *word, uint32_t me, int64_t deadline, bool 
 	int64_t napped = 0;
 
 	*other = true;
-	for (int i = 0; i < SPINS; i++) {
-		bool o;
+	for (int round = 0; round < SPIN_ROUNDS; round++) {
+		for (int i = 0; i < SPINS; i++) {
+			bool o;
 
-		if (shunt_lock_try(word, me, &o))
-			return 0;
-		relax();
+			if (shunt_lock_try(word, me, &o))
+				return 0;
+			relax();
+		}
+		/* Through the gate: a filter may forbid it (then we just spin on). */
+		shunt_syscall(SYS_sched_yield);
 	}
 	for (;;) {
 		uint32_t v = atomic_load_explicit(word, memory_order_relaxed);
