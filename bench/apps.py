@@ -274,12 +274,13 @@ class Runner:
         return res["rtt_ns"]["p50"] if p.returncode == 0 and res else None
 
     def wrap(self, mode, cpu):
-        w = ["taskset", "-c", str(cpu)]
+        """taskset -c CPU (None: unpinned), then shunt run in shunt mode."""
+        w = ["taskset", "-c", str(cpu)] if cpu is not None else []
         return w + [self.bins["shunt"], "run", "--"] if mode == "shunt" else w
 
     def run_client(self, prog, m, mode, port, env, d):
         a = self.args
-        cmd = self.wrap(mode, a.client_cpu) + m.argv(port, a.quick)
+        cmd = self.wrap(mode, a.client_cpu if prog.pinned else None) + m.argv(port, a.quick)
         rec = {"measurement": m.name, "cmd": cmd}
         if mode == "shunt":
             env = dict(env)
@@ -329,7 +330,7 @@ class Runner:
         env = self.base_env if mode == "kernel" else dict(self.shunt_env)
         if mode == "shunt":
             env["SHUNT_STATS"] = os.path.join(d, "server.jsonl")
-        server_cmd = self.wrap(mode, a.server_cpu) + prog.setup(d, port)
+        server_cmd = self.wrap(mode, a.server_cpu if prog.pinned else None) + prog.setup(d, port)
         rec = {"program": prog.name, "mode": mode, "round": rnd, "port": port,
                "server_cmd": server_cmd, "measurements": []}
         rec["shm_rtt8_p50_ns"] = self.probe()

@@ -49,8 +49,12 @@ class Program:
     its one client (iperf3 -s -1)."""
 
     def __init__(self, name, commands, packages, setup, measurements, stop_signal,
-                 note=None):
+                 note=None, pinned=True):
         self.name = name
+        # Pinned: server on --server-cpu, client on --client-cpu. Not
+        # pinned: the scheduler places them (the busy shapes, where more
+        # processes than CPUs run).
+        self.pinned = pinned
         self.commands = commands
         self.packages = packages
         self.setup = setup
@@ -146,7 +150,7 @@ NGINX_FILE_BYTES = 1024
 NGINX_CONF = """\
 daemon off;
 master_process on;
-worker_processes 2;
+worker_processes {workers};
 {user}
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
@@ -174,7 +178,7 @@ WRK_S = 5
 WRK_QUICK_S = 1
 
 
-def nginx_setup(d, port):
+def nginx_setup(d, port, workers=2):
     os.makedirs(os.path.join(d, "www"), exist_ok=True)
     with open(os.path.join(d, "www", NGINX_FILE), "wb") as f:
         f.write(os.urandom(NGINX_FILE_BYTES))
@@ -183,12 +187,13 @@ def nginx_setup(d, port):
     user = "user root;" if os.geteuid() == 0 else ""
     conf = os.path.join(d, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(dir=d, port=port, user=user))
+        f.write(NGINX_CONF.format(dir=d, port=port, user=user, workers=workers))
     return ["nginx", "-c", conf, "-p", d, "-e", os.path.join(d, "error.log")]
 
 
-def wrk_argv(port, quick):
-    return ["wrk", "-t", "1", "-c", str(WRK_CONNS), "-d", "%ds" % (WRK_QUICK_S if quick else WRK_S),
+def wrk_argv(port, quick, threads=1, conns=WRK_CONNS):
+    return ["wrk", "-t", str(threads), "-c", str(conns),
+            "-d", "%ds" % (WRK_QUICK_S if quick else WRK_S),
             "--latency", "http://127.0.0.1:%d/%s" % (port, NGINX_FILE)]
 
 
@@ -239,6 +244,66 @@ NGINX = Program(
                  wrk_argv, wrk_parse, WRK_CONNS, lambda quick: 60)],
     signal.SIGTERM,
     note="2 workers (both on the server CPU), sendfile on, access_log off")
+
+
+# --- the busy shapes: more processes than CPUs, nothing pinned ------------------
+
+BUSY_NGINX_WORKERS = 8
+BUSY_WRK_THREADS = 8
+BUSY_WRK_CONNS = 64
+
+NGINX_BUSY = Program(
+    "nginx-busy", ["nginx", "wrk"], ["nginx", "wrk"],
+    lambda d, port: nginx_setup(d, port, workers=BUSY_NGINX_WORKERS),
+    [Measurement("wrk_t8_c64", "wrk keep-alive, 1 KiB file, %d threads, %d connections"
+                 % (BUSY_WRK_THREADS, BUSY_WRK_CONNS),
+                 lambda port, quick: wrk_argv(port, quick, BUSY_WRK_THREADS, BUSY_WRK_CONNS),
+                 wrk_parse, BUSY_WRK_CONNS, lambda quick: 60)],
+    signal.SIGTERM,
+    note="%d workers and %d wrk threads on 2 CPUs, unpinned" % (BUSY_NGINX_WORKERS,
+                                                                BUSY_WRK_THREADS),
+    pinned=False)
+
+BUSY_REDIS_CLIENTS = 8
+BUSY_REDIS_CONNS = 4
+BUSY_REDIS_N = 100000
+BUSY_REDIS_QUICK_N = 20000
+
+
+def redis_busy_argv(port, quick):
+    """BUSY_REDIS_CLIENTS redis-benchmark processes at once, from one shell."""
+    one = " ".join(redis_argv(BUSY_REDIS_CONNS, BUSY_REDIS_N, BUSY_REDIS_QUICK_N)(port, quick))
+    # Each to a file of its own, so their tables do not interleave.
+    return ["sh", "-c", 't=$(mktemp -d) && for i in $(seq %d); do %s > "$t/$i" & done; wait; '
+            'cat "$t"/*; rm -r "$t"' % (BUSY_REDIS_CLIENTS, one)]
+
+
+def redis_busy_parse(out, err):
+    """The clients' CSV tables one after another: requests/s summed, the
+    worst p99 and the median p50 of the clients."""
+    tables = [t for t in re.split(r'(?m)^(?="test",)', out) if t.strip().startswith('"test"')]
+    if len(tables) != BUSY_REDIS_CLIENTS:
+        raise ParseError("%d of %d redis-benchmark tables (stderr: %s)" % (
+            len(tables), BUSY_REDIS_CLIENTS, err.strip()[-300:]))
+    each = [redis_parse(BUSY_REDIS_CONNS)(t, err) for t in tables]
+    metrics = {}
+    for test in ("get", "set"):
+        metrics[test + "_rps"] = sum(m[test + "_rps"] for m in each)
+        metrics[test + "_p99_us"] = max(m[test + "_p99_us"] for m in each)
+        metrics[test + "_p50_us"] = sorted(m[test + "_p50_us"] for m in each)[len(each) // 2]
+    return metrics
+
+
+REDIS_BUSY = Program(
+    "redis-busy", ["redis-server", "redis-benchmark"], ["redis-server", "redis-tools"],
+    redis_setup,
+    [Measurement("p8", "%d redis-benchmark processes at once, %d connections each"
+                 % (BUSY_REDIS_CLIENTS, BUSY_REDIS_CONNS),
+                 redis_busy_argv, redis_busy_parse, BUSY_REDIS_CLIENTS * BUSY_REDIS_CONNS,
+                 lambda quick: 120 if quick else 300)],
+    signal.SIGTERM,
+    note="%d client processes and the server on 2 CPUs, unpinned" % BUSY_REDIS_CLIENTS,
+    pinned=False)
 
 
 # --- sockperf ---------------------------------------------------------------
@@ -407,7 +472,7 @@ def memcached_missing():
         "neither memcaslap nor memaslap installed (Debian: libmemcached-tools)"
 
 
-PROGRAMS = [REDIS, NGINX, SOCKPERF, IPERF3, MEMCACHED]
+PROGRAMS = [REDIS, NGINX, SOCKPERF, IPERF3, MEMCACHED, NGINX_BUSY, REDIS_BUSY]
 PROGRAM_NAMES = [p.name for p in PROGRAMS]
 
 
@@ -456,6 +521,18 @@ TARGETS = [
            "sockperf ping-pong TCP 64 B, p50 round trip: shunt >= 20x lower"),
     Target("iperf3_bps", "iperf3", "stream", "recv_bps", "higher", 2,
            "iperf3 single stream, bits/s received: shunt >= 2x kernel"),
+    Target("nginx_busy_rps", "nginx-busy", "wrk_t8_c64", "rps", "higher", 1,
+           "nginx, 8 workers, wrk 8 threads 64 connections, unpinned: requests/s >= kernel"),
+    Target("nginx_busy_p99", "nginx-busy", "wrk_t8_c64", "lat_p99_us", "lower", 1,
+           "nginx, 8 workers, wrk 8 threads 64 connections, unpinned: p99 <= kernel"),
+    Target("redis_busy_get_rps", "redis-busy", "p8", "get_rps", "higher", 1,
+           "redis, 8 redis-benchmark processes, unpinned: GET requests/s >= kernel"),
+    Target("redis_busy_set_rps", "redis-busy", "p8", "set_rps", "higher", 1,
+           "redis, 8 redis-benchmark processes, unpinned: SET requests/s >= kernel"),
+    Target("redis_busy_get_p99", "redis-busy", "p8", "get_p99_us", "lower", 1,
+           "redis, 8 redis-benchmark processes, unpinned: worst GET p99 <= kernel"),
+    Target("redis_busy_set_p99", "redis-busy", "p8", "set_p99_us", "lower", 1,
+           "redis, 8 redis-benchmark processes, unpinned: worst SET p99 <= kernel"),
 ]
 
 # What each program's table rows and plot panels show: (measurement,
@@ -478,4 +555,11 @@ PANELS = {
     "iperf3": [("stream", "recv_bps", "received, 1 stream", 1e9, "Gbit/s", "higher")],
     "memcached": [("c1", "tps", "ops/s, 1 conn", 1, "ops/s", "higher"),
                   ("c16", "tps", "ops/s, 16 conns", 1, "ops/s", "higher")],
+    "nginx-busy": [("wrk_t8_c64", "rps", "req/s, 8 workers, 64 conns", 1, "req/s", "higher"),
+                   ("wrk_t8_c64", "lat_p50_us", "p50 latency", 1, "us", "lower"),
+                   ("wrk_t8_c64", "lat_p99_us", "p99 latency", 1, "us", "lower")],
+    "redis-busy": [("p8", "get_rps", "GET req/s, 8 clients", 1, "req/s", "higher"),
+                   ("p8", "set_rps", "SET req/s, 8 clients", 1, "req/s", "higher"),
+                   ("p8", "get_p99_us", "worst GET p99", 1, "us", "lower"),
+                   ("p8", "set_p99_us", "worst SET p99", 1, "us", "lower")],
 }
