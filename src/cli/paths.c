@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * Where the library, the daemon and the control socket are: in the build
- * tree, or where `meson install` put them.
+ * Where the library, the daemon, the plot helper and the control socket
+ * are: in the build tree, or where `meson install` put them.
  */
 #include <errno.h>
 #include <libgen.h>
@@ -80,6 +80,13 @@ int shunt_path_daemon(char *buf, size_t n)
 	};
 
 	return find("SHUNT_DAEMON", near, SHUNT_INSTALL_DAEMON, buf, n);
+}
+
+int shunt_path_plot(char *buf, size_t n)
+{
+	static const char *const near[] = { "compare-plot.py", NULL };	/* build tree */
+
+	return find("SHUNT_PLOT", near, SHUNT_INSTALL_PLOT, buf, n);
 }
 
 static int answers(const char *path)
