@@ -84,8 +84,11 @@ static int plot(const struct compare_opts *o, const struct compare_pass p[2], co
 	pid = fork();
 	if (pid == 0) {
 		unsetenv("LD_PRELOAD");
-		/* Debian's python3, where python3-matplotlib puts matplotlib, before PATH's. */
-		execl("/usr/bin/python3", "python3", script, json, png, (char *)NULL);
+		/*
+		 * Debian's python3, where python3-matplotlib puts matplotlib, before
+		 * PATH's; named in full, since Python finds its library from argv[0].
+		 */
+		execl("/usr/bin/python3", "/usr/bin/python3", script, json, png, (char *)NULL);
 		execlp("python3", "python3", script, json, png, (char *)NULL);
 		fprintf(stderr, "shunt compare: cannot run python3 for --plot: %s\n", strerror(errno));
 		_exit(127);
