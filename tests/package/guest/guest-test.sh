@@ -52,8 +52,10 @@ bnd=$(sed -n 's/^CapBnd:\t//p' /proc/$pid/status)
 # CAP_DAC_READ_SEARCH 2, CAP_NET_ADMIN 12, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_SYS_RESOURCE 24
 check "the daemon's capability bounding set is exactly what it needs ($bnd)" \
 	test "$bnd" = 0000000001281004
-check "the daemon took its socket from systemd (no socket file of its own)" sh -c \
-	"ls -l /proc/$pid/fd | grep -q socket && test -f /run/shunt/shuntd.sock.lock"
+# Socket activation: the listening socket is one, held by systemd and shuntd.
+check "the daemon serves the very socket systemd listens on" sh -c \
+	"ss -xlp src /run/shunt/shuntd.sock | grep -q '\"systemd\",pid=1' &&
+	 ss -xlp src /run/shunt/shuntd.sock | grep -q '\"shuntd\",pid=$pid'"
 check "the man pages are installed" sh -c 'man -w shunt && man -w shuntd && man -w shunt.conf && man -w libshunt' >/dev/null
 
 # -- a program pair under shunt run, on the service's daemon
@@ -67,6 +69,23 @@ SHUNT_STATS=$work/client.stats shunt run -- redis-benchmark -p 7601 -n 2000 -c 2
 check "redis-benchmark under shunt run exits 0" test $? = 0
 cat bench.out | tr '\r' '\n' | grep 'per second' | tail -2
 shunt status > status.out 2>&1
+# A connection held open: on shared memory, with its companion kernel
+# sockets (TCP_REPAIR: the daemon's CAP_NET_ADMIN), which ss lists.
+shunt run -- python3 -c "import socket, time; s = socket.create_connection(('127.0.0.1', 7601)); time.sleep(30)" &
+hold=$!
+port=""
+i=0
+while [ -z "$port" ] && [ $i -lt 100 ]; do
+	port=$(shunt status --json --transport shm | grep -o '"client": *"127.0.0.1:[0-9]*"' |
+	       head -1 | sed 's/.*:\([0-9]*\)"$/\1/')
+	[ -n "$port" ] || sleep 0.1
+	i=$((i + 1))
+done
+check "a connection held open is listed on shared memory (client port $port)" test -n "$port"
+check "it has its companion kernel sockets (CAP_NET_ADMIN suffices)" sh -c \
+	"ss -Htn state established '( sport = :$port )' | grep -q ':7601'"
+kill $hold
+wait $hold 2>/dev/null
 kill $srv; wait $srv
 shm=$(grep -o '"shm_connect":[0-9]*' client.stats | cut -d: -f2 | awk '{s+=$1} END {print s+0}')
 bytes=$(grep -o '"shm_tx_bytes":[0-9]*' client.stats | cut -d: -f2 | awk '{s+=$1} END {print s+0}')
@@ -83,6 +102,13 @@ kill -9 "$pid"
 check "killed by SIGKILL, shuntd.service is restarted (Restart=on-failure)" wait_active "$pid"
 check "the restarted daemon serves the same socket" sh -c \
 	'shunt status >/dev/null && test -S /run/shunt/shuntd.sock'
+
+# -- the daemon stopped, the socket still listening: a client starts it
+systemctl stop shuntd.service
+check "with shuntd.service stopped, shuntd.socket still listens" sh -c \
+	'test "$(systemctl is-active shuntd.service)" != active && systemctl is-active shuntd.socket'
+check "a client's connection starts shuntd.service (socket activation)" sh -c \
+	"shunt status >/dev/null && systemctl is-active shuntd.service"
 
 # -- upgrade
 pid=$(main_pid)
