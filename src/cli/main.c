@@ -10,6 +10,8 @@ static const struct shunt_cmd cmds[] = {
 	{ "daemon", "run shuntd, the per-host daemon, in the foreground", shunt_cmd_daemon },
 	{ "status", "show connections, listeners and processes using shunt", shunt_cmd_status },
 	{ "policy", "explain which policy rule decides a connection", shunt_cmd_policy },
+	{ "compare", "run a server and client on the kernel, then under shunt, side by side",
+	  shunt_cmd_compare },
 };
 
 static void usage(FILE *f)

@@ -20,6 +20,7 @@
 #include "common/circuit.h"
 #include "common/log.h"
 #include "daemon/shuntd.h"
+#include "daemon/systemd.h"
 
 #define DEFAULT_CONFIG "/etc/shunt/shuntd.conf"
 
@@ -200,6 +201,32 @@ static int lock_socket_path(const char *path)
 	return fd;	/* kept open, never closed: the lock is the daemon's life */
 }
 
+/*
+ * The control socket systemd made (shuntd.socket), if it passed one: its
+ * path replaces --socket. The file is systemd's: socket_dev stays 0, so it
+ * is not removed at exit. 1 when adopted, 0 when none was passed, -1 on error.
+ */
+static int adopt_control_socket(struct shuntd *d)
+{
+	static char passed[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int fd = shuntd_systemd_listen_fd(passed, sizeof(passed));
+
+	if (fd == -ENOENT)
+		return 0;
+	if (fd < 0)
+		return -1;
+	if (strcmp(passed, d->cfg.socket_path))
+		shunt_info("serving %s, the socket systemd passed, not %s", passed,
+			   d->cfg.socket_path);
+	d->cfg.socket_path = passed;
+	if (lock_socket_path(passed) < 0) {
+		close(fd);
+		return -1;
+	}
+	d->listen_fd = fd;
+	return 1;
+}
+
 static int open_control_socket(struct shuntd *d)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
@@ -207,6 +234,12 @@ static int open_control_socket(struct shuntd *d)
 	struct stat st;
 	int fd, probe;
 
+	switch (adopt_control_socket(d)) {
+	case 1:
+		return 0;
+	case -1:
+		return -1;
+	}
 	if (strlen(path) >= sizeof(sun.sun_path)) {
 		shunt_err("socket path %s is too long (at most %zu bytes)", path,
 			  sizeof(sun.sun_path) - 1);
@@ -332,7 +365,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	shunt_info("serving %s (ring %u bytes)", d.cfg.socket_path, d.cfg.ring_size);
+	/* Type=notify: ready once the socket is served and the policy is loaded. */
+	shuntd_systemd_notify("READY=1");
 	r = shuntd_loop_run(&d);
+	shuntd_systemd_notify("STOPPING=1");
 	remove_socket_file(&d);
 	/* Every exit says why (crash.c for the fatal signals). */
 	shunt_warn("exiting: %s", d.stop_reason[0] ? d.stop_reason : "the event loop ended");
