@@ -93,7 +93,8 @@ void shuntd_journal_free(struct shuntd *d, struct session *s)
 	close(j->kick);
 	munmap(j->hdr, shunt_journal_size());
 	close(j->memfd);
-	free(j);
+	j->watch = SHUNTD_WATCH_GONE;
+	shuntd_loop_bury(d, j);
 	s->journal = NULL;
 }
 

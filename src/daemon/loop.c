@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -26,6 +27,28 @@ int shuntd_loop_watch(struct shuntd *d, int fd, void *tag)
 void shuntd_loop_unwatch(struct shuntd *d, int fd)
 {
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+void shuntd_loop_bury(struct shuntd *d, void *obj)
+{
+	if (d->ngraves == d->graves_cap) {
+		size_t cap = d->graves_cap ? d->graves_cap * 2 : 16;
+		void **g = realloc(d->graves, cap * sizeof(*g));
+
+		/* Better a few bytes leaked than an event handled on freed memory. */
+		if (!g)
+			return;
+		d->graves = g;
+		d->graves_cap = cap;
+	}
+	d->graves[d->ngraves++] = obj;
+}
+
+/* The batch is done: nothing can name what went during it any more. */
+static void empty_graves(struct shuntd *d)
+{
+	while (d->ngraves)
+		free(d->graves[--d->ngraves]);
 }
 
 int shuntd_loop_init(struct shuntd *d)
@@ -119,6 +142,8 @@ int shuntd_loop_run(struct shuntd *d)
 				d->stopping = true;
 			} else if (tag == &tag_metrics) {
 				shuntd_metrics_accept(d);
+			} else if (*(int *)tag == SHUNTD_WATCH_GONE) {
+				continue;	/* closed by an earlier event of this batch */
 			} else if (*(int *)tag == SHUNTD_WATCH_METRICS) {
 				shuntd_metrics_input(d, tag);
 			} else if (*(int *)tag == SHUNTD_WATCH_TICKET) {
@@ -135,9 +160,13 @@ int shuntd_loop_run(struct shuntd *d)
 		shuntd_listener_tick(d);
 		shuntd_journal_tick(d);
 		shuntd_chan_tick(d);
+		empty_graves(d);
 		if (d->sessions.len)
 			idle_since = now_ms();
 	}
+	free(d->graves);
+	d->graves = NULL;
+	d->graves_cap = 0;
 	return 0;
 }
 

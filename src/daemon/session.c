@@ -292,5 +292,7 @@ void shuntd_session_close(struct shuntd *d, struct session *s)
 	/* Links last: releasing the ends above may still have needed them to wake peers. */
 	shuntd_link_session_gone(d, s);
 	shuntd_netns_put(d, s->ns);
-	free(s);
+	s->watch = SHUNTD_WATCH_GONE;
+	s->timer_watch = SHUNTD_WATCH_GONE;
+	shuntd_loop_bury(d, s);
 }

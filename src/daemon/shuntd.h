@@ -81,6 +81,8 @@ struct shuntd {
 	struct shunt_map channels;	/* id -> struct channel */
 	struct shunt_list journals_awake;	/* struct journal.awake_node: read on the next tick */
 	struct shunt_list adopt_pending;	/* struct circuit.adopt_node, by adopt_at */
+	void **graves;			/* watched objects gone in this batch (loop.c) */
+	size_t ngraves, graves_cap;
 	size_t live_sessions;		/* connected sessions, for idle exit */
 	uint64_t circuits_total;
 	uint64_t sessions_total;
@@ -103,6 +105,7 @@ enum shuntd_watch_kind {
 	SHUNTD_WATCH_METRICS,		/* a metrics client sent (part of) its request */
 	SHUNTD_WATCH_EXEC_TIMER,	/* an exec ticket was not claimed in time */
 	SHUNTD_WATCH_JOURNAL,		/* a session kicked its journal */
+	SHUNTD_WATCH_GONE,		/* freed at the end of this batch of events: ignore */
 };
 
 /*
@@ -315,6 +318,12 @@ int shuntd_loop_init(struct shuntd *d);
 int shuntd_loop_run(struct shuntd *d);
 int shuntd_loop_watch(struct shuntd *d, int fd, void *tag);
 void shuntd_loop_unwatch(struct shuntd *d, int fd);
+/*
+ * Free @obj, a watched object whose tags were all set to SHUNTD_WATCH_GONE,
+ * once the batch of events being handled is done: a later event of the same
+ * batch may still name it.
+ */
+void shuntd_loop_bury(struct shuntd *d, void *obj);
 /* Watch the metrics listener (its clients are watched with their own tag). */
 int shuntd_loop_watch_metrics(struct shuntd *d, int fd);
 
