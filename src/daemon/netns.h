@@ -350,9 +350,9 @@ enum ns_route_status {
 };
 int ns_route_get(struct shuntd *d, struct netns *ns, const struct shunt_wire_addr *dst,
 		 const struct shuntd_route_hints *h, struct ns_route_result *rt);
-/* A route query's answer (@nlh NULL: it failed with @err). */
+/* A route query's answer (@nlh NULL: the kernel refused it: no route). */
 void ns_route_answer(struct shuntd *d, struct netns_view *v, const struct ns_req *r,
-		     const struct nlmsghdr *nlh, int err);
+		     const struct nlmsghdr *nlh);
 /* Forget every cached answer (the socket was made again). */
 void ns_route_forget(struct netns_view *v);
 

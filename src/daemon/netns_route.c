@@ -97,7 +97,7 @@ static void parse_answer(const struct nlmsghdr *nlh, struct ns_route_result *rt)
 }
 
 void ns_route_answer(struct shuntd *d, struct netns_view *v, const struct ns_req *r,
-		     const struct nlmsghdr *nlh, int err)
+		     const struct nlmsghdr *nlh)
 {
 	struct ns_route_cached *e = r->slot == VERIFY_SLOT ? &v->verify : &v->cache[r->slot];
 
@@ -107,7 +107,6 @@ void ns_route_answer(struct shuntd *d, struct netns_view *v, const struct ns_req
 		parse_answer(nlh, &e->rt);
 	else
 		memset(&e->rt, 0, sizeof(e->rt));	/* ENETUNREACH and the like: no route */
-	(void)err;
 	e->answered = true;
 	/* Every notification before the answer has been applied: it is as current as they. */
 	e->epoch = v->facts.epoch;

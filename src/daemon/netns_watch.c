@@ -471,8 +471,7 @@ static bool on_reply(struct shuntd *d, struct ns_sock *s, const struct nlmsghdr 
 				    nsid_of_reply(nlh) : NETNSA_NSID_NOT_ASSIGNED);
 		break;
 	case NS_REQ_ROUTE:
-		ns_route_answer(d, v, r, got == 0 && nlh->nlmsg_type == RTM_NEWROUTE ? nlh : NULL,
-				got);
+		ns_route_answer(d, v, r, got == 0 && nlh->nlmsg_type == RTM_NEWROUTE ? nlh : NULL);
 		break;
 	default:
 		break;
