@@ -118,12 +118,14 @@ struct ns_facts {
 	uint64_t epoch;			/* bumped by every change: older route answers are stale */
 };
 
+/* Empty facts; ns_facts_free frees every entry and leaves them empty again. */
 void ns_facts_init(struct ns_facts *f);
 void ns_facts_free(struct ns_facts *f);
 /* Start a dump of @what: returns the mark ns_facts_sweep takes. */
 uint64_t ns_facts_mark(struct ns_facts *f);
 /* After a complete dump of @what started at @mark: drop what it did not confirm. */
 void ns_facts_sweep(struct ns_facts *f, enum ns_dump what, uint64_t mark);
+
 /* Where a message comes from, which says how far its nsids can be trusted. */
 enum ns_origin {
 	NS_ORIGIN_OWN,			/* the namespace's own socket: a dump or a notification */
@@ -146,6 +148,7 @@ enum ns_apply {
  */
 int ns_facts_apply(struct ns_facts *f, const struct nlmsghdr *nlh, enum ns_origin origin,
 		   uint32_t *refetch);
+/* Link @ifindex, or NULL (owned by @f: valid until its facts next change). */
 struct ns_link *ns_facts_link(const struct ns_facts *f, uint32_t ifindex);
 
 enum ns_where {
@@ -159,16 +162,19 @@ enum ns_where ns_facts_where(const struct ns_facts *f, const struct shunt_wire_a
 /* The chain of addresses equal to @ip (any interface, any state), or NULL. */
 const struct ns_addr *ns_facts_addrs_of(const struct ns_facts *f, int family,
 					const uint8_t *ip);
-/* Iterate the routes of @family, @table whose prefix of length @len holds @dst. */
-const struct ns_route *ns_facts_routes_at(const struct ns_facts *f, int family, uint32_t table,
-					  unsigned len, const uint8_t *dst);
-/* Addresses, and routes, visited in no particular order (facts must not change meanwhile). */
+/*
+ * Every address, in no particular order: start with *@pos = 0 and @prev
+ * NULL, pass the last one back; NULL at the end. @f must not change meanwhile.
+ */
 const struct ns_addr *ns_facts_next_addr(const struct ns_facts *f, size_t *pos,
 					 const struct ns_addr *prev);
+/* FNV-1a of @p, from @h: the key of address and route chains. */
 uint64_t ns_hash(const void *p, size_t n, uint64_t h);
+/* Whether the first @len bits of @prefix and @ip agree. */
 bool ns_prefix_has(const uint8_t *prefix, unsigned len, const uint8_t *ip);
 
 /* netns_fib.c: routes and rules (views only), and the lookup in them */
+/* A route's or a rule's message (new, deleted, dumped): enum ns_apply bits. */
 int ns_fib_apply_route(struct ns_facts *f, const struct nlmsghdr *nlh);
 int ns_fib_apply_rule(struct ns_facts *f, const struct nlmsghdr *nlh);
 /*
@@ -177,6 +183,7 @@ int ns_fib_apply_rule(struct ns_facts *f, const struct nlmsghdr *nlh);
  */
 void ns_fib_drop(struct ns_facts *f, int family, uint32_t oif, const uint8_t *prefsrc,
 		 bool with_complex);
+/* ns_facts_sweep for routes and rules; ns_fib_free frees them all. */
 void ns_fib_sweep(struct ns_facts *f, enum ns_dump what, uint64_t mark);
 void ns_fib_free(struct ns_facts *f);
 struct ns_route_result;
@@ -278,7 +285,7 @@ struct netns_view {
 	struct ns_route_cached verify;	/* SHUNTD_NETNS_VERIFY's own question */
 };
 
-/* Counters for the metrics (shuntd_netns_stats). */
+/* What every view shares: the loop's watch of their sockets, the test knobs, the counters. */
 struct netns_world {
 	int watch;			/* SHUNTD_WATCH_NETNS: first, the loop's tag */
 	int epfd;			/* every view's socket; the loop watches it as one */
@@ -294,6 +301,11 @@ struct netns_world {
 };
 
 /* netns_watch.c: the sockets of a view, their requests, their input */
+/*
+ * Make socket @s inside its view's namespace, subscribe it, watch it, and
+ * start dumping everything it keeps: 0 or -errno. ns_watch_close closes
+ * it and drops every request it awaited (their answers are lost).
+ */
 int ns_watch_open(struct shuntd *d, struct ns_sock *s);
 void ns_watch_close(struct shuntd *d, struct ns_sock *s);
 /* Send @nlh (seq set here) as request @r (copied): 0 or -errno. */
@@ -321,14 +333,17 @@ bool ns_watch_refresh_link(struct shuntd *d, struct netns_view *v, struct ns_far
 struct nlmsghdr *ns_watch_request(char *buf, uint16_t type, uint16_t flags);
 
 /* netns.c: views, nsids, far namespaces */
+/* The one netns_world of @d (shuntd_netns_init made it). */
 struct netns_world *ns_world(struct shuntd *d);
 /* Have ns_sync run by @at (CLOCK_MONOTONIC, ms) even if nothing else happens. */
 void ns_world_wake_at(struct shuntd *d, int64_t at);
 /* Ask view @v for the nsid it gives each other view (or only @of). */
 void ns_ask_nsids(struct shuntd *d, struct netns_view *v, struct netns *of);
-/* A request's answer, or its end (@err < 0, 0 when done). */
+/* The answer to NS_REQ_NSID @r: @v numbers view @r->inode @nsid (<0: none yet). */
 void ns_on_nsid(struct shuntd *d, struct netns_view *v, const struct ns_req *r, int32_t nsid);
+/* RTM_NEWNSID or RTM_DELNSID in @v's namespace. */
 void ns_on_nsid_event(struct shuntd *d, struct netns_view *v, const struct nlmsghdr *nlh);
+/* The far namespace @v numbers @nsid, or NULL. */
 struct ns_far *ns_far_find(struct netns_view *v, int32_t nsid);
 /* The view numbered @nsid by @v, or NULL. */
 struct netns *ns_view_by_nsid(const struct netns_view *v, int32_t nsid);
@@ -337,7 +352,7 @@ struct netns *ns_view_by_nsid(const struct netns_view *v, int32_t nsid);
  * for each veth peer namespace without a view). True if it asked anything.
  */
 bool ns_settle(struct shuntd *d, struct netns_view *v);
-/* Whether @v's own facts are complete and current. */
+/* Whether @v's own facts (or those of its far namespace @far) are complete and current. */
 bool ns_view_ready(const struct netns_view *v);
 bool ns_far_ready(const struct netns_view *v, const struct ns_far *far);
 /* Read every view's pending input (a connect is to be decided on current facts). */
@@ -348,6 +363,11 @@ enum ns_route_status {
 	NS_ROUTE_OK = 0,
 	NS_ROUTE_UNKNOWN,		/* cannot tell now: the connect goes to the kernel */
 };
+/*
+ * The route @ns's kernel takes to @dst for a socket described by @h:
+ * NS_ROUTE_OK and @rt (type RTN_UNSPEC: no route), or NS_ROUTE_UNKNOWN.
+ * May read @ns's socket up to a query's answer (never waits for it).
+ */
 int ns_route_get(struct shuntd *d, struct netns *ns, const struct shunt_wire_addr *dst,
 		 const struct shuntd_route_hints *h, struct ns_route_result *rt);
 /* A route query's answer (@nlh NULL: the kernel refused it: no route). */

@@ -48,8 +48,9 @@ static uint64_t route_key(int family, uint32_t table, unsigned len, const uint8_
 	return ns_hash(masked, ip_len(family), ns_hash(head, sizeof(head), 0xcbf29ce484222325ull)) | 1;
 }
 
-const struct ns_route *ns_facts_routes_at(const struct ns_facts *f, int family, uint32_t table,
-					  unsigned len, const uint8_t *dst)
+/* The chain holding the routes of @family, @table whose prefix of length @len holds @dst. */
+static const struct ns_route *routes_at(const struct ns_facts *f, int family, uint32_t table,
+					unsigned len, const uint8_t *dst)
 {
 	if (!f->route_lens[fam_index(family)][len])
 		return NULL;
@@ -92,7 +93,7 @@ static void route_unlink(struct ns_facts *f, struct ns_route *r)
  * too. Collected first: the map must not change while it is walked.
  */
 void ns_fib_drop(struct ns_facts *f, int family, uint32_t oif, const uint8_t *prefsrc,
-			bool with_complex)
+		 bool with_complex)
 {
 	struct ns_route *gone = NULL, *r, *next;
 	uint64_t key;
@@ -407,7 +408,7 @@ static enum table_hit table_lookup(const struct ns_facts *f, int family, uint32_
 		const struct ns_route *best = NULL;
 		bool any = false, tie = false;
 
-		for (const struct ns_route *r = ns_facts_routes_at(f, family, table, (unsigned)len, dst);
+		for (const struct ns_route *r = routes_at(f, family, table, (unsigned)len, dst);
 		     r; r = r->next) {
 			if (r->family != family || r->table != table || r->dst_len != len ||
 			    !ns_prefix_has(r->dst, (unsigned)len, dst))
