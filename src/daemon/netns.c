@@ -110,35 +110,24 @@ struct netns *ns_view_by_nsid(const struct netns_view *v, int32_t nsid)
 	return nsid >= 0 ? shunt_map_get(&v->nsids, (uint64_t)nsid + 1) : NULL;
 }
 
-/* Forget what @v numbered @of (or, @of NULL, number @nsid). */
+/* Forget what @v numbered @of (or, @of NULL, what it numbered @nsid). */
 static void forget_nsid(struct netns_view *v, const struct netns *of, int32_t nsid)
 {
-	struct netns *x;
-	uint64_t key, gone[16];
-	size_t it = 0, n = 0;
+	if (of) {
+		uintptr_t n = (uintptr_t)shunt_map_del(&v->nsid_of, of->inode);
 
-	if (!of) {
-		shunt_map_del(&v->nsids, (uint64_t)nsid + 1);
+		if (n)
+			shunt_map_del(&v->nsids, n);
 		return;
 	}
-	/* Collected first: the map must not change while it is walked. */
-	while ((x = shunt_map_next(&v->nsids, &it, &key)) && n < 16)
-		if (x == of)
-			gone[n++] = key;
-	for (size_t k = 0; k < n; k++)
-		shunt_map_del(&v->nsids, gone[k]);
+	of = shunt_map_del(&v->nsids, (uint64_t)nsid + 1);
+	if (of)
+		shunt_map_del(&v->nsid_of, of->inode);
 }
 
 static bool numbered(const struct netns_view *v, const struct netns *of)
 {
-	struct netns *x;
-	uint64_t key;
-	size_t it = 0;
-
-	while ((x = shunt_map_next(&v->nsids, &it, &key)))
-		if (x == of)
-			return true;
-	return false;
+	return shunt_map_get(&v->nsid_of, of->inode) != NULL;
 }
 
 /* Ask @v, without waiting, which nsid it gives @of (a view with an fd). */
@@ -185,8 +174,12 @@ void ns_on_nsid(struct shuntd *d, struct netns_view *v, const struct ns_req *r, 
 		return;	/* let go meanwhile, or no nsid yet (RTM_NEWNSID says when it has one) */
 	forget_nsid(v, of, 0);
 	forget_nsid(v, NULL, nsid);
-	if (shunt_map_put(&v->nsids, (uint64_t)nsid + 1, of) < 0)
+	/* Both ways, so that asking "is it numbered?" costs no walk over every view. */
+	if (shunt_map_put(&v->nsids, (uint64_t)nsid + 1, of) < 0 ||
+	    shunt_map_put(&v->nsid_of, of->inode, (void *)((uintptr_t)nsid + 1)) < 0) {
+		forget_nsid(v, NULL, nsid);
 		v->own.reopen = true;	/* out of memory: start afresh */
+	}
 	v->fars_dirty = true;
 }
 
@@ -436,6 +429,7 @@ struct netns *shuntd_netns_get(struct shuntd *d, int nsfd)
 	v->ns = ns;
 	ns_facts_init(&v->facts);
 	shunt_map_init(&v->nsids);
+	shunt_map_init(&v->nsid_of);
 	v->own.view = v;
 	v->far_sock.view = v;
 	v->far_sock.far = true;
@@ -531,6 +525,7 @@ void shuntd_netns_put(struct shuntd *d, struct netns *ns)
 	}
 	ns_facts_free(&v->facts);
 	shunt_map_free(&v->nsids);
+	shunt_map_free(&v->nsid_of);
 	free(v);
 	close(ns->fd);
 	free(ns);

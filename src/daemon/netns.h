@@ -278,6 +278,7 @@ struct netns_view {
 	struct ns_facts facts;
 	unsigned todo;			/* own dumps not yet complete (bits of enum ns_dump) */
 	struct shunt_map nsids;		/* nsid + 1 -> struct netns: other views, as this one numbers them */
+	struct shunt_map nsid_of;	/* ...and inode -> nsid + 1 */
 	unsigned nsid_asked;		/* NS_REQ_NSID awaiting an answer */
 	bool nsids_due;			/* ...or to be asked once the dumps are done */
 	struct ns_far *fars;
