@@ -148,6 +148,8 @@ int shuntd_loop_run(struct shuntd *d)
 				shuntd_metrics_input(d, tag);
 			} else if (*(int *)tag == SHUNTD_WATCH_TICKET) {
 				shuntd_fork_ticket_exited(d, tag);
+			} else if (*(int *)tag == SHUNTD_WATCH_NETNS) {
+				shuntd_netns_input(d);
 			} else if (*(int *)tag == SHUNTD_WATCH_EXEC_TIMER) {
 				shuntd_exec_expired(d, shunt_container_of(tag, struct session,
 									  timer_watch));

@@ -152,6 +152,43 @@ static void help(struct out *o, const char *name, const char *type, const char *
 	put(o, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
 
+/* What the network namespace views cost in rtnetlink (netns.c), and what connects asked. */
+static void render_netns(struct shuntd *d, struct out *o)
+{
+	static const char *const kinds[] = { NULL, "dump", "link", "nsid", "route" };
+	struct shuntd_netns_stats s;
+
+	shuntd_netns_stats(d, &s);
+	help(o, "shunt_netlink_requests_total", "counter",
+	     "rtnetlink requests sent, by kind: dumps fill the facts kept of each namespace, "
+	     "the rest ask what they cannot say.");
+	for (unsigned k = 1; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+		put(o, "shunt_netlink_requests_total{kind=\"%s\"} %llu\n", kinds[k],
+		    (unsigned long long)s.requests[k]);
+	help(o, "shunt_netlink_connect_requests_total", "counter",
+	     "rtnetlink requests sent while a connect was being decided.");
+	put(o, "shunt_netlink_connect_requests_total %llu\n",
+	    (unsigned long long)s.deciding_requests);
+	help(o, "shunt_netlink_events_total", "counter", "rtnetlink notifications applied.");
+	put(o, "shunt_netlink_events_total %llu\n", (unsigned long long)s.events);
+	help(o, "shunt_netlink_overruns_total", "counter",
+	     "Notifications lost (ENOBUFS), each followed by a dump of everything.");
+	put(o, "shunt_netlink_overruns_total %llu\n", (unsigned long long)s.overruns);
+	help(o, "shunt_route_lookups_total", "counter",
+	     "Routes looked up for connects across namespaces, by where the answer came from.");
+	put(o, "shunt_route_lookups_total{from=\"facts\"} %llu\n", (unsigned long long)s.route_model);
+	put(o, "shunt_route_lookups_total{from=\"cache\"} %llu\n",
+	    (unsigned long long)s.route_cached);
+	put(o, "shunt_route_lookups_total{from=\"kernel\"} %llu\n",
+	    (unsigned long long)s.route_asked);
+	put(o, "shunt_route_lookups_total{from=\"none\"} %llu\n",
+	    (unsigned long long)s.route_unknown);
+	help(o, "shunt_route_model_mismatches_total", "counter",
+	     "SHUNTD_NETNS_VERIFY: routes the facts and the kernel disagreed on.");
+	put(o, "shunt_route_model_mismatches_total %llu\n",
+	    (unsigned long long)s.verify_mismatches);
+}
+
 static void render(struct shuntd *d, struct out *o)
 {
 	uint64_t live_bytes = 0, circuits = 0, denials_kernel = 0, denials_refused = 0;
@@ -213,6 +250,7 @@ static void render(struct shuntd *d, struct out *o)
 	put(o, "shunt_bytes_total %llu\n", (unsigned long long)(d->bytes_closed + live_bytes));
 	help(o, "shunt_sessions_total", "counter", "Processes that connected to shuntd.");
 	put(o, "shunt_sessions_total %llu\n", (unsigned long long)d->sessions_total);
+	render_netns(d, o);
 }
 
 static void finish(struct shuntd *d, struct client *c)

@@ -75,6 +75,7 @@ struct shuntd {
 	uint64_t netns_self;		/* inode of the daemon's own network namespace */
 	int netns_self_fd;		/* that namespace, to return to after making a socket elsewhere */
 	struct shunt_map netns;		/* inode -> struct netns: the namespaces clients live in */
+	struct netns_world *netns_world;	/* their rtnetlink sockets (netns.c) */
 	struct shunt_map sessions;	/* id -> struct session (tickets too) */
 	struct shunt_map listeners;	/* id -> struct listener */
 	struct shunt_map circuits;	/* id -> struct circuit */
@@ -104,6 +105,7 @@ enum shuntd_watch_kind {
 	SHUNTD_WATCH_TICKET,		/* a fork child that has not claimed its ticket exited */
 	SHUNTD_WATCH_METRICS,		/* a metrics client sent (part of) its request */
 	SHUNTD_WATCH_EXEC_TIMER,	/* an exec ticket was not claimed in time */
+	SHUNTD_WATCH_NETNS,		/* rtnetlink notifications or answers (netns.c) */
 	SHUNTD_WATCH_JOURNAL,		/* a session kicked its journal */
 	SHUNTD_WATCH_GONE,		/* freed at the end of this batch of events: ignore */
 };
@@ -274,29 +276,31 @@ struct listener {
 	struct shunt_list channels;	/* struct channel.listener_node */
 };
 
-struct mnl_socket;
-
-/* A local address of a network namespace, and the interface it is on. */
-struct netns_addr {
-	struct shunt_wire_addr ip;	/* port 0 */
-	uint32_t ifindex;
-};
-
 /*
  * shuntd's view of one network namespace (netns.c): held by the sessions
  * of processes in it and by listeners whose sockets are in it, freed with
  * the last reference (which lets the namespace go, if nothing else holds it).
+ * What it knows of the namespace is private to the netns files (netns.h).
  */
+struct netns_view;
 struct netns {
 	uint64_t inode;			/* the key: the namespace's inode */
 	int fd;				/* the namespace (for setns and NETNSA_FD) */
 	unsigned refs;
-	struct mnl_socket *nl;		/* rtnetlink, made inside it; NULL without privilege */
-	uint32_t seq;			/* of the last request on nl */
-	struct netns_addr *addrs;	/* its local addresses... */
-	size_t naddrs;
-	int64_t addrs_at;		/* ...as read then (CLOCK_MONOTONIC, ms; a failed read: none) */
-	bool addrs_read;
+	struct netns_view *view;
+};
+
+/* What netns.c did with rtnetlink, for the metrics. */
+struct shuntd_netns_stats {
+	uint64_t requests[5];		/* sent, by kind: -, dump, link, nsid, route */
+	uint64_t deciding_requests;	/* of those, sent while a connect was being decided */
+	uint64_t events;		/* notifications applied */
+	uint64_t overruns;		/* notifications lost (ENOBUFS): everything dumped again */
+	uint64_t route_model;		/* routes found in the facts kept */
+	uint64_t route_cached;		/* ...answered by an earlier query still current */
+	uint64_t route_asked;		/* ...asked of the kernel and answered at once */
+	uint64_t route_unknown;		/* ...not answered at once: the connect went to the kernel */
+	uint64_t verify_mismatches;	/* SHUNTD_NETNS_VERIFY: the model and the kernel differed */
 };
 
 /* What the kernel's route lookup for a connect would consider beyond the destination. */
@@ -431,20 +435,28 @@ struct netns *shuntd_netns_of_pid(struct shuntd *d, pid_t pid);
 struct netns *shuntd_netns_of_socket(struct shuntd *d, int fd, uint64_t inode);
 /* Drop a reference (NULL is fine). */
 void shuntd_netns_put(struct shuntd *d, struct netns *ns);
-/* Whether @ip (unmapped) is an address of @ns (its list is at most a second old). */
+/*
+ * Whether @ip (unmapped) is an address of @ns, as its notifications have
+ * told so far (none: not local, and connects there go to the kernel).
+ */
 bool shuntd_netns_is_local(struct shuntd *d, struct netns *ns, const struct shunt_wire_addr *ip);
 /*
  * The other namespace a connection from @from to @dst (unmapped, not local
  * in @from) reaches on this host: on-link through a veth pair or a bridge,
  * the one namespace that answers for @dst there, which must be one we have
  * a view of; or NULL (a gateway, another kind of link, no route, several
- * namespaces answering, anything we cannot tell). @src gets the source
+ * namespaces answering, anything we cannot tell now). @src gets the source
  * address @from's route lookup chose. May return @from itself when the
- * route says @dst is local after all. Blocks on rtnetlink round trips.
+ * route says @dst is local after all. Decided from the facts kept current
+ * by notifications; a route the facts cannot tell (policy routing, a
+ * device-bound socket) is asked of the kernel without waiting for it.
  */
 struct netns *shuntd_netns_reach(struct shuntd *d, struct netns *from,
 				 const struct shunt_wire_addr *dst,
 				 const struct shuntd_route_hints *h, struct shunt_wire_addr *src);
+/* The loop saw notifications or answers: read them. */
+void shuntd_netns_input(struct shuntd *d);
+void shuntd_netns_stats(struct shuntd *d, struct shuntd_netns_stats *out);
 
 /* circuit.c */
 struct circuit *shuntd_circuit_create(struct shuntd *d, uint32_t ring_size);
