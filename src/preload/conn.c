@@ -24,6 +24,7 @@
 #include "preload/notice.h"
 #include "preload/plink.h"
 #include "preload/stats.h"
+#include "preload/trim.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
@@ -276,6 +277,7 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 	c->remote = g->msg.peer;
 	c->slot = SHUNT_NO_SLOT;
 	c->route = -1;
+	shunt_list_init(&c->trim_node);
 	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
 	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
 	pthread_once(&pids_once, pids_init);
@@ -422,30 +424,13 @@ static bool timed_out(struct shunt_timer *t)
 }
 
 /*
- * The holders' locks (common/lock.h). Taking one re-reads our index, which
- * another process holding the socket may have moved. A lock that cannot be
- * had makes the call say EAGAIN once its deadline is past, or after
- * LOCK_PATIENCE_US for a non-blocking call, which must not wait long; and
- * ECONNRESET when the peer is gone, since then nobody may ever release it.
+ * Just took a holders' lock (@other: another process held it since we
+ * did): our copy of the index may be stale.
  */
-static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_ring *ring,
-		     int producer, struct shunt_timer *t, bool nonblock)
+static void ring_locked(struct shunt_conn *c, struct shunt_ring *ring, int producer, bool other)
 {
-	bool other;
 	uint32_t h;
 
-	while (!shunt_lock_try(w, shunt_pid, &other)) {
-		int64_t deadline = shunt_timer_deadline(t), soon = shunt_deadline(LOCK_PATIENCE_US);
-
-		if (!shunt_lock_wait(w, shunt_pid, deadline && deadline < soon ? deadline : soon,
-				     &other))
-			break;
-		if (peer_gone(atomic_load_explicit(&c->peer->state, memory_order_acquire)))
-			return -ECONNRESET;
-		if (nonblock || timed_out(t))
-			return -EAGAIN;
-	}
-	/* Another process held it since we did: our copy of the index may be stale. */
 	if (other && !producer) {
 		shunt_ring_resync(ring, producer);
 	} else if (other) {
@@ -466,6 +451,32 @@ static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_rin
 		ring->pos += h;
 		ring->held = ring->held_told = h;
 	}
+}
+
+/*
+ * The holders' locks (common/lock.h). Taking one re-reads our index, which
+ * another process holding the socket may have moved. A lock that cannot be
+ * had makes the call say EAGAIN once its deadline is past, or after
+ * LOCK_PATIENCE_US for a non-blocking call, which must not wait long; and
+ * ECONNRESET when the peer is gone, since then nobody may ever release it.
+ */
+static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_ring *ring,
+		     int producer, struct shunt_timer *t, bool nonblock)
+{
+	bool other;
+
+	while (!shunt_lock_try(w, shunt_pid, &other)) {
+		int64_t deadline = shunt_timer_deadline(t), soon = shunt_deadline(LOCK_PATIENCE_US);
+
+		if (!shunt_lock_wait(w, shunt_pid, deadline && deadline < soon ? deadline : soon,
+				     &other))
+			break;
+		if (peer_gone(atomic_load_explicit(&c->peer->state, memory_order_acquire)))
+			return -ECONNRESET;
+		if (nonblock || timed_out(t))
+			return -EAGAIN;
+	}
+	ring_locked(c, ring, producer, other);
 	return 0;
 }
 
@@ -583,6 +594,57 @@ static long tx_room(struct shunt_conn *c, size_t share, size_t want)
 	return used < share ? (long)(share - used) : 0;
 }
 
+/*
+ * After a send wrote bytes: the idle trimmer looks at the ring a while
+ * from now, unless it will already. The first send of a quiet spell also
+ * takes back what told the peer we were quiet. Under the tx lock; one
+ * load and a branch while armed, so a busy connection pays nothing.
+ */
+static void trim_note(struct shunt_conn *c)
+{
+	if (atomic_load_explicit(&c->trim_armed, memory_order_relaxed))
+		return;
+	atomic_store_explicit(&c->trim_armed, true, memory_order_relaxed);
+	c->trim_mark = c->tx.pos;
+	if (atomic_load_explicit(&c->me->idle, memory_order_relaxed))
+		atomic_store_explicit(&c->me->idle, 0, memory_order_relaxed);
+	shunt_trim_arm(c);
+}
+
+bool shunt_conn_trim(struct shunt_conn *c)
+{
+	bool other;
+	uint64_t head;
+
+	/* Held: a send (or a push, a shutdown) is under way, so not quiet. */
+	if (!shunt_lock_try(&c->me->tx_lock, shunt_pid, &other))
+		return true;
+	ring_locked(c, &c->tx, 1, other);
+	if (c->tx.pos != c->trim_mark) {
+		c->trim_mark = c->tx.pos;
+		tx_unlock(c);
+		return true;
+	}
+	/*
+	 * Quiet. The consumer reads only [head, tail) and we, the only
+	 * writer while we hold the lock, write only past our position: every
+	 * page outside [head, position) is nobody's. The head comes from the
+	 * peer (acquire, pairs with the release in shunt_ring_consume): one
+	 * the ring cannot hold gives nothing back.
+	 */
+	head = atomic_load_explicit(&c->tx.ctl->head, memory_order_acquire);
+	if (c->tx.pos - head <= c->ring_size) {
+		if (shunt_ring_give_back(&c->tx, c->tx.pos, head + c->ring_size) > 0)
+			atomic_fetch_add_explicit(&shunt_stats.trim_idle, 1, memory_order_relaxed);
+		/* Bytes still unread: the peer gives their pages back as it reads them. */
+		if (c->tx.pos != head)
+			atomic_store_explicit(&c->me->idle, 1, memory_order_relaxed);
+	}
+	atomic_store_explicit(&c->trim_armed, false, memory_order_relaxed);
+	tx_unlock(c);
+	return false;
+}
+
 /* What a waiting sender needs: room for @need bytes, or any sign it cannot send. */
 struct tx_want {
 	struct shunt_conn *c;
@@ -635,6 +697,7 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 	c->let_go = true;
 	shunt_notice_unbind(c);
 	shunt_cork_forget(c);
+	shunt_trim_forget(c);
 	drop_pid(c->me, shunt_pid);
 	/*
 	 * Like the kernel's socket release, which only the last reference
@@ -664,6 +727,12 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 
 void shunt_conn_free(struct shunt_conn *c)
 {
+	/*
+	 * Let go of already, as a rule; not so one a fork child found no
+	 * session for (fork.c), which it may still send on: no timer may
+	 * look at it once it is unmapped.
+	 */
+	shunt_trim_forget(c);
 	pthread_mutex_lock(&all_lock);
 	shunt_list_del(&c->all);
 	pthread_mutex_unlock(&all_lock);
@@ -689,6 +758,7 @@ void shunt_conn_let_go(struct shunt_conn *c)
 	c->let_go = true;
 	shunt_notice_unbind(c);
 	shunt_cork_forget(c);
+	shunt_trim_forget(c);
 	drop_pid(c->me, shunt_pid);
 	shunt_ctl_close(c->circuit, c->end, false);
 	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
@@ -936,6 +1006,8 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		 * with the kernel, for a send too large to go in whole.)
 		 */
 		release_held(c, 0);
+		if (done)
+			trim_note(c);
 		tx_unlock(c);
 		want.need = whole ? left : 1;
 		r = shunt_wait_end(c->me, c->peer, &c->me->tx_waiters, tx_ready, &want,
@@ -947,6 +1019,8 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (r)
 			goto unlocked;
 	}
+	if (done)
+		trim_note(c);
 	tx_unlock(c);
 unlocked:
 	if (io->moved)
@@ -1060,6 +1134,18 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 				r = copied ? 0 : -EFAULT;
 				break;
 			}
+			/*
+			 * The sender went quiet (shunt_conn_trim): these bytes'
+			 * pages go back before the head moves past them, since
+			 * until then it cannot write there. Fewer bytes than a
+			 * page fill no page: the word (on a line the sender
+			 * writes) is not even read for them.
+			 */
+			if (n >= SHUNT_RING_MIN &&
+			    atomic_load_explicit(&c->peer->idle, memory_order_relaxed) &&
+			    shunt_ring_give_back(&c->rx, c->rx.pos, c->rx.pos + n) > 0)
+				atomic_fetch_add_explicit(&shunt_stats.trim_read, 1,
+							  memory_order_relaxed);
 			shunt_ring_consume(&c->rx, n);
 			credit_returned(c);
 			copied += n;

@@ -51,6 +51,19 @@ struct shunt_conn {
 
 	struct shunt_ring tx;		/* under me->tx_lock */
 	struct shunt_ring rx;		/* under me->rx_lock */
+	/*
+	 * Under me->tx_lock: whether the idle trimmer (trim.c) will look at
+	 * the tx ring, and the write position it last saw there (a send
+	 * since moved it: not quiet yet). Atomic only because the lock is a
+	 * word the peer could break.
+	 */
+	_Atomic bool trim_armed;
+	uint64_t trim_mark;
+	/* Under the trimmer's lock (trim.c): its queue of armed connections. */
+	struct shunt_list trim_node;
+	int64_t trim_at;		/* when to look at it */
+	bool trim_listed;		/* on the queue */
+	_Atomic bool trim_gone;		/* let go: never queued again */
 	/* Under the cork timer's lock (cork.c): its list of connections holding bytes back. */
 	struct shunt_conn *cork_next;
 	int64_t cork_at;		/* when to look at it next */
@@ -187,6 +200,16 @@ void shunt_conn_push(struct shunt_conn *c);
  * Takes the tx lock.
  */
 int64_t shunt_conn_cork_expire(struct shunt_conn *c);
+
+/*
+ * For the idle trimmer, SHUNT_TRIM_DELAY_NS or more after @c was armed:
+ * if nothing was sent since it last looked, give back every tx ring page
+ * no unread or held byte lies in, tell the peer to give back the rest as
+ * it reads them (shunt_circuit_end.idle), and disarm. Returns true when it
+ * should look again later (a send since, or one in progress: the tx lock
+ * is only tried, never waited for). Takes the tx lock.
+ */
+bool shunt_conn_trim(struct shunt_conn *c);
 
 /* SO_SNDBUF or SO_RCVBUF changed: senders waiting for room look again. */
 void shunt_conn_bufs_changed(struct shunt_conn *c);

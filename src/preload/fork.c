@@ -18,6 +18,7 @@
 #include "preload/plink.h"
 #include "preload/relisten.h"
 #include "preload/sock.h"
+#include "preload/trim.h"
 #include "preload/util.h"
 
 static pthread_rwlock_t fork_lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -58,10 +59,12 @@ void shunt_fork_prepare(void)
 	shunt_plink_fork_prepare();
 	shunt_sock_fork_prepare();
 	shunt_epoll_fork_prepare();
+	shunt_trim_fork_prepare();
 }
 
 void shunt_fork_parent(void)
 {
+	shunt_trim_fork_parent();
 	shunt_epoll_fork_parent();
 	shunt_sock_fork_parent();
 	shunt_plink_fork_parent();
@@ -77,6 +80,7 @@ void shunt_fork_child(void)
 	if (pid > 0)
 		shunt_pid = (uint32_t)pid;
 	shunt_log_set_pid((int)shunt_pid);
+	shunt_trim_fork_child();
 	shunt_epoll_fork_child();
 	shunt_sock_fork_child();
 	shunt_ctl_after_fork();
