@@ -732,6 +732,7 @@ void shunt_conn_free(struct shunt_conn *c)
 	 * session for (fork.c), which it may still send on: no timer may
 	 * look at it once it is unmapped.
 	 */
+	shunt_cork_forget(c);
 	shunt_trim_forget(c);
 	pthread_mutex_lock(&all_lock);
 	shunt_list_del(&c->all);
