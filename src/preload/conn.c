@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/circuit.h"
 #include "common/lock.h"
@@ -596,53 +597,60 @@ static long tx_room(struct shunt_conn *c, size_t share, size_t want)
 
 /*
  * After a send wrote bytes: the idle trimmer looks at the ring a while
- * from now, unless it will already. The first send of a quiet spell also
- * takes back what told the peer we were quiet. Under the tx lock; one
- * load and a branch while armed, so a busy connection pays nothing.
+ * from now, unless it will already. A peer told we were quiet is told we
+ * are not (the word shares its line with sndbuf, which every send reads).
+ * Under the tx lock; a load or two and a branch while armed, so a busy
+ * connection pays nothing.
  */
 static void trim_note(struct shunt_conn *c)
 {
+	if (atomic_load_explicit(&c->me->idle, memory_order_relaxed))
+		atomic_store_explicit(&c->me->idle, 0, memory_order_relaxed);
 	if (atomic_load_explicit(&c->trim_armed, memory_order_relaxed))
 		return;
 	atomic_store_explicit(&c->trim_armed, true, memory_order_relaxed);
 	c->trim_mark = c->tx.pos;
-	if (atomic_load_explicit(&c->me->idle, memory_order_relaxed))
-		atomic_store_explicit(&c->me->idle, 0, memory_order_relaxed);
 	shunt_trim_arm(c);
 }
 
-bool shunt_conn_trim(struct shunt_conn *c)
+int shunt_conn_trim(struct shunt_conn *c, bool rest)
 {
+	uint64_t head, from, page = (uint64_t)sysconf(_SC_PAGESIZE);
 	bool other;
-	uint64_t head;
 
 	/* Held: a send (or a push, a shutdown) is under way, so not quiet. */
 	if (!shunt_lock_try(&c->me->tx_lock, shunt_pid, &other))
-		return true;
+		return SHUNT_TRIM_SOON;
 	ring_locked(c, &c->tx, 1, other);
 	if (c->tx.pos != c->trim_mark) {
 		c->trim_mark = c->tx.pos;
 		tx_unlock(c);
-		return true;
+		return SHUNT_TRIM_SOON;
 	}
 	/*
 	 * Quiet. The consumer reads only [head, tail) and we, the only
 	 * writer while we hold the lock, write only past our position: every
 	 * page outside [head, position) is nobody's. The head comes from the
 	 * peer (acquire, pairs with the release in shunt_ring_consume): one
-	 * the ring cannot hold gives nothing back.
+	 * the ring cannot hold gives nothing back. At first the page the next
+	 * byte goes to stays, so that a message after a pause costs no page
+	 * fault on either side (a fresh page costs tens of microseconds on a
+	 * cold CPU); only a longer rest gives it back too.
 	 */
 	head = atomic_load_explicit(&c->tx.ctl->head, memory_order_acquire);
+	from = rest ? c->tx.pos : (c->tx.pos | (page - 1)) + 1;
 	if (c->tx.pos - head <= c->ring_size) {
-		if (shunt_ring_give_back(&c->tx, c->tx.pos, head + c->ring_size) > 0)
+		if (head + c->ring_size > from &&
+		    shunt_ring_give_back(&c->tx, from, head + c->ring_size) > 0)
 			atomic_fetch_add_explicit(&shunt_stats.trim_idle, 1, memory_order_relaxed);
 		/* Bytes still unread: the peer gives their pages back as it reads them. */
 		if (c->tx.pos != head)
 			atomic_store_explicit(&c->me->idle, 1, memory_order_relaxed);
 	}
-	atomic_store_explicit(&c->trim_armed, false, memory_order_relaxed);
+	if (rest)
+		atomic_store_explicit(&c->trim_armed, false, memory_order_relaxed);
 	tx_unlock(c);
-	return false;
+	return rest ? SHUNT_TRIM_DONE : SHUNT_TRIM_LATER;
 }
 
 /* What a waiting sender needs: room for @need bytes, or any sign it cannot send. */

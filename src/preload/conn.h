@@ -59,10 +59,11 @@ struct shunt_conn {
 	 */
 	_Atomic bool trim_armed;
 	uint64_t trim_mark;
-	/* Under the trimmer's lock (trim.c): its queue of armed connections. */
+	/* Under the trimmer's lock (trim.c): its queues of armed connections. */
 	struct shunt_list trim_node;
 	int64_t trim_at;		/* when to look at it */
-	bool trim_listed;		/* on the queue */
+	bool trim_rest;			/* the last look (trim.h): in the later queue */
+	bool trim_listed;		/* on a queue */
 	_Atomic bool trim_gone;		/* let go: never queued again */
 	/* Under the cork timer's lock (cork.c): its list of connections holding bytes back. */
 	struct shunt_conn *cork_next;
@@ -202,14 +203,16 @@ void shunt_conn_push(struct shunt_conn *c);
 int64_t shunt_conn_cork_expire(struct shunt_conn *c);
 
 /*
- * For the idle trimmer, SHUNT_TRIM_DELAY_NS or more after @c was armed:
- * if nothing was sent since it last looked, give back every tx ring page
- * no unread or held byte lies in, tell the peer to give back the rest as
- * it reads them (shunt_circuit_end.idle), and disarm. Returns true when it
- * should look again later (a send since, or one in progress: the tx lock
- * is only tried, never waited for). Takes the tx lock.
+ * For the idle trimmer: if nothing was sent since it last looked, give
+ * back the tx ring's pages that no unread or held byte lies in, but the
+ * one the next byte goes to unless @rest (the second look, after a longer
+ * quiet spell), and tell the peer to give back the rest as it reads them
+ * (shunt_circuit_end.idle); disarm after the second. Returns what to do
+ * next, enum shunt_trim_next (trim.h): look again soon (a send since, or
+ * one under way: the tx lock is only tried, never waited for), later, or
+ * never. Takes the tx lock.
  */
-bool shunt_conn_trim(struct shunt_conn *c);
+int shunt_conn_trim(struct shunt_conn *c, bool rest);
 
 /* SO_SNDBUF or SO_RCVBUF changed: senders waiting for room look again. */
 void shunt_conn_bufs_changed(struct shunt_conn *c);

@@ -2,9 +2,9 @@
 /*
  * The idle trimmer: one thread per process, started the first time a
  * connection sends, that looks at each connection a while after it sent
- * and gives back the ring pages its bytes have left once it went quiet.
- * With nothing armed it sleeps without a timeout: a process at rest is
- * never woken for it.
+ * and gives back the ring pages its bytes have left once it went quiet:
+ * all but one at first, that one after a longer rest. With nothing armed
+ * it sleeps without a timeout: a process at rest is never woken for it.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -33,21 +33,36 @@ static pthread_cond_t idle;		/* under lock: busy was cleared */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static atomic_bool used;		/* set once by init: anything was ever armed */
 /*
- * Under lock: the armed connections (shunt_conn.trim_node), by time. Every
- * time is "when armed" plus the same delay, so appending keeps it sorted.
+ * Under lock: the armed connections (shunt_conn.trim_node), by time, to be
+ * looked at a first time (soon) or a last time (later). Every time in one
+ * queue is "when queued" plus the same delay, so appending keeps it sorted.
  */
-static struct shunt_list queue = { &queue, &queue };
+static struct shunt_list soon = { &soon, &soon };
+static struct shunt_list later = { &later, &later };
 static struct shunt_conn *busy;		/* under lock: the one the thread looks at */
 static uint32_t running;		/* under lock: pid of the process whose thread runs */
 static int64_t sleeping_until;		/* under lock: the thread's wake-up, INT64_MAX:
 					   none, 0: it is awake and will look at the queue */
 static bool warned;			/* under lock */
 
-static void enqueue(struct shunt_conn *c, int64_t at)
+static void enqueue(struct shunt_conn *c, bool rest, int64_t now)
 {
-	c->trim_at = at;
+	c->trim_at = now + (rest ? SHUNT_TRIM_REST_NS : SHUNT_TRIM_DELAY_NS);
+	c->trim_rest = rest;
 	c->trim_listed = true;
-	shunt_list_add_tail(&queue, &c->trim_node);
+	shunt_list_add_tail(rest ? &later : &soon, &c->trim_node);
+}
+
+/* The connection to look at first, or NULL. Under lock. */
+static struct shunt_conn *first(void)
+{
+	struct shunt_conn *a = NULL, *b = NULL;
+
+	if (!shunt_list_empty(&soon))
+		a = shunt_list_first(&soon, struct shunt_conn, trim_node);
+	if (!shunt_list_empty(&later))
+		b = shunt_list_first(&later, struct shunt_conn, trim_node);
+	return !a || (b && b->trim_at < a->trim_at) ? b : a;
 }
 
 static void dequeue(struct shunt_conn *c)
@@ -64,19 +79,21 @@ static struct timespec abs_time(int64_t ns)
 static void *trim_main(void *arg)
 {
 	(void)arg;
+	/* Named from inside: prctl, not a write to /proc on the sender's time. */
+	pthread_setname_np(pthread_self(), "shunt-trim");
 	pthread_mutex_lock(&lock);
 	for (;;) {
-		struct shunt_conn *c;
+		struct shunt_conn *c = first();
 		int64_t now;
-		bool again;
+		bool rest;
+		int next;
 
-		if (shunt_list_empty(&queue)) {
+		if (!c) {
 			sleeping_until = INT64_MAX;
 			pthread_cond_wait(&changed, &lock);
 			sleeping_until = 0;
 			continue;
 		}
-		c = shunt_list_first(&queue, struct shunt_conn, trim_node);
 		now = shunt_now_ns();
 		if (c->trim_at > now) {
 			struct timespec ts = abs_time(c->trim_at);
@@ -86,15 +103,16 @@ static void *trim_main(void *arg)
 			sleeping_until = 0;
 			continue;
 		}
+		rest = c->trim_rest;
 		dequeue(c);
 		busy = c;
 		pthread_mutex_unlock(&lock);
-		again = shunt_conn_trim(c);
+		next = shunt_conn_trim(c, rest);
 		pthread_mutex_lock(&lock);
 		busy = NULL;
-		/* Still sending (or a send armed it again meanwhile): look again later. */
-		if (again && !c->trim_listed && !atomic_load(&c->trim_gone))
-			enqueue(c, shunt_now_ns() + SHUNT_TRIM_DELAY_NS);
+		/* Unless it was done, or a send armed it again meanwhile. */
+		if (next != SHUNT_TRIM_DONE && !c->trim_listed && !atomic_load(&c->trim_gone))
+			enqueue(c, next == SHUNT_TRIM_LATER, shunt_now_ns());
 		pthread_cond_broadcast(&idle);
 	}
 	return NULL;
@@ -126,7 +144,6 @@ static void start(void)
 		warned = true;
 		return;
 	}
-	pthread_setname_np(t, "shunt-trim");
 	running = shunt_pid;
 	sleeping_until = 0;
 }
@@ -161,7 +178,7 @@ void shunt_trim_arm(struct shunt_conn *c)
 	/* Pairs with forget's store (seq_cst both): it sees used, or we see gone. */
 	if (atomic_load(&c->trim_gone) || c->trim_listed)
 		goto out;
-	enqueue(c, shunt_now_ns() + SHUNT_TRIM_DELAY_NS);
+	enqueue(c, false, shunt_now_ns());
 	start();
 	/* Wake the thread only if it sleeps past this: at most once per quiet spell. */
 	if (running == shunt_pid && sleeping_until > c->trim_at)
@@ -206,11 +223,13 @@ void shunt_trim_fork_child(void)
 	pthread_mutex_init(&lock, NULL);
 	if (atomic_load(&used))
 		init_conds();
-	shunt_list_for_each_safe(n, tmp, &queue) {
-		struct shunt_conn *c = shunt_container_of(n, struct shunt_conn, trim_node);
+	for (struct shunt_list *q = &soon; q; q = q == &soon ? &later : NULL) {
+		shunt_list_for_each_safe(n, tmp, q) {
+			struct shunt_conn *c = shunt_container_of(n, struct shunt_conn, trim_node);
 
-		dequeue(c);
-		atomic_store_explicit(&c->trim_armed, false, memory_order_relaxed);
+			dequeue(c);
+			atomic_store_explicit(&c->trim_armed, false, memory_order_relaxed);
+		}
 	}
 	if (busy)
 		atomic_store_explicit(&busy->trim_armed, false, memory_order_relaxed);

@@ -12,12 +12,28 @@
 struct shunt_conn;
 
 /*
- * How long a connection must have sent nothing before its ring is trimmed:
- * long enough that a busy one never pays the page faults, short enough
- * that one at rest gives its memory back within a second or so (the trim
- * comes between one and two of these after the last send).
+ * How long a connection must have sent nothing before its ring is trimmed
+ * but for the page its next byte goes to: long enough that a busy one
+ * never pays the page faults, short enough that a burst's memory goes back
+ * within a second (the trim comes between one and two of these after the
+ * last send).
  */
 #define SHUNT_TRIM_DELAY_NS (500 * 1000 * 1000LL)
+
+/*
+ * How long after that the last page goes too, if it still sent nothing: a
+ * message after a shorter pause then costs no page fault (a fresh page
+ * costs tens of microseconds on a cold CPU, on each side), and what stays
+ * at rest is the control page.
+ */
+#define SHUNT_TRIM_REST_NS (5 * 1000 * 1000 * 1000LL)
+
+/* What the trimmer does with a connection after a look (shunt_conn_trim). */
+enum shunt_trim_next {
+	SHUNT_TRIM_SOON,	/* it sent: look again SHUNT_TRIM_DELAY_NS from now */
+	SHUNT_TRIM_LATER,	/* trimmed but a page: the rest SHUNT_TRIM_REST_NS from now */
+	SHUNT_TRIM_DONE,	/* all trimmed: disarmed until it sends again */
+};
 
 /*
  * @c sent: look at it SHUNT_TRIM_DELAY_NS from now (shunt_conn_trim).

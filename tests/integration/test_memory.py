@@ -7,8 +7,9 @@ read. Data sent after a trim arrives intact, the trimmer costs an idle
 process no wake-ups, and a fork child that sends on what it inherited has
 its own rings trimmed too.
 
-The outcome is waited for generously (the trim comes 0.5 to 1 s after the
-last send); nothing here times the library."""
+The outcome is waited for generously (all but one page of a ring go 0.5
+to 1 s after its last send, that one 5 s later); nothing here times the
+library."""
 
 import os
 import pathlib
@@ -91,7 +92,7 @@ PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 # Two mappings of one circuit (one per end) in the process: each keeps its
 # control page; a few pages more may stay at the edges of unread bytes.
 AT_REST_KIB = 2 * 2 * PAGE_KIB
-WAIT_S = 10
+WAIT_S = 30
 
 
 def circuit_rss_kib(pid):
