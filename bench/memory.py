@@ -326,11 +326,13 @@ def plot(path, runs, sizes, count):
     ax_bar.set_ylabel("KiB per connection at rest")
     ax_bar.set_title("%d connections at rest (dashed: kernel + %g KiB)" % (count, TARGET_KIB))
     ax_bar.legend()
+    markers = "osD^v"
     for r in runs:
         xs = [p["since_ready_s"] for p in r["series"]]
         ys = [p["per_conn_kib"] for p in r["series"]]
         ax_t.plot(xs, ys, "-" if r["mode"] == "shunt" else ":", color=colors[r["mode"]],
-                  marker="o", ms=3, label="%s, %s" % (r["mode"], fmt_size(r["size"])))
+                  marker=markers[sizes.index(r["size"]) % len(markers)], ms=4,
+                  label="%s, %s" % (r["mode"], fmt_size(r["size"])))
     ax_t.set_yscale("symlog", linthresh=1)
     ax_t.set_xlabel("seconds since the last connection carried its data")
     ax_t.set_ylabel("KiB per connection")
