@@ -11,12 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHUNT_PROTO_VERSION 3u
+#define SHUNT_PROTO_VERSION 4u
 
 enum shunt_msg_type {
 	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied + daemon link */
 	SHUNT_MSG_LISTEN = 2,		/* lib -> d + listening socket, replied + doorbell */
-	SHUNT_MSG_UNLISTEN = 3,		/* lib -> d, not replied */
+	SHUNT_MSG_UNLISTEN = 3,		/* lib -> d, replied once done */
 	SHUNT_MSG_CONNECT = 4,		/* lib -> d + bound socket, replied (+ circuit) */
 	SHUNT_MSG_ACCEPT = 5,		/* lib -> d + listening socket, replied (+ circuit) */
 	SHUNT_MSG_CLOSE = 6,		/* lib -> d, replied only with SHUNT_CLOSE_SHARED */
@@ -60,6 +60,11 @@ enum shunt_reply_status {
 	SHUNT_KERNEL_POLICY = 4,	/* connect: the policy leaves it to the kernel */
 	SHUNT_KERNEL_LIMIT = 5,		/* connect: a tenant's limit is reached */
 	SHUNT_KERNEL_RESOURCES = 6,	/* connect: shuntd is out of memory or descriptors */
+	/*
+	 * connect, accept: use this channel (struct shunt_msg_chan and its
+	 * memfd; for a connect also the listener's doorbell) and try again.
+	 */
+	SHUNT_USE_CHANNEL = 7,
 };
 
 /*
@@ -119,7 +124,9 @@ struct shunt_msg_hello {
 /*
  * The reply carries the session's daemon link: a link memfd whose side 0
  * this process drains and that side's eventfd, through which shuntd posts
- * notices (a completed connect, a peer that died, a link to pick up).
+ * notices (a completed connect, a peer that died, a link to pick up); then
+ * the session's journal (include/shunt/journal.h): its memfd and the
+ * eventfd that kicks shuntd into reading it.
  */
 struct shunt_msg_hello_reply {
 	struct shunt_msg_hdr h;
@@ -158,6 +165,8 @@ struct shunt_msg_unlisten {
 
 enum shunt_connect_flags {
 	SHUNT_CONNECT_NONBLOCK = 1u << 0,
+	/* The channel was tried and had no room: a circuit of shuntd's own, please. */
+	SHUNT_CONNECT_NO_CHANNEL = 1u << 1,
 };
 
 /* CONNECT carries the client's socket, already bound to its local address. */
@@ -212,6 +221,19 @@ struct shunt_msg_circuit {
 	uint16_t flags;			/* enum shunt_circuit_flags */
 	struct shunt_wire_addr local;	/* as the kernel would report getsockname */
 	struct shunt_wire_addr peer;	/* and getpeername */
+};
+
+/*
+ * A channel to use (status SHUNT_USE_CHANNEL of a CONNECT or ACCEPT reply),
+ * with its memfd; a CONNECT's also with a descriptor of the listener's
+ * doorbell, which the client counts its queued connections on.
+ */
+struct shunt_msg_chan {
+	struct shunt_msg_hdr h;
+	uint64_t channel;
+	uint32_t slots;
+	uint32_t ring_size;
+	struct shunt_wire_addr src;	/* CONNECT: the source address to bind to (port 0) */
 };
 
 /*
@@ -393,6 +415,8 @@ struct shunt_msg_exec_end {
 	struct shunt_wire_addr local;
 	struct shunt_wire_addr peer;
 	uint64_t inode;			/* of the kernel socket it was kept with */
+	/* Where the circuit starts in the memfd: 0, or a channel slot's offset. */
+	uint64_t offset;
 };
 
 struct shunt_msg_status {
@@ -456,10 +480,11 @@ struct shunt_msg_status_end {
 _Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v3");
 _Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v3");
+_Static_assert(sizeof(struct shunt_msg_chan) == 64, "wire v4");
 _Static_assert(sizeof(struct shunt_msg_link_reply) == 40, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_withdraw) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_exec_keep) == 48, "wire v3");
-_Static_assert(sizeof(struct shunt_msg_exec_end) == 104, "wire v3");
+_Static_assert(sizeof(struct shunt_msg_exec_end) == 112, "wire v4");
 _Static_assert(sizeof(struct shunt_msg_status_conn) <= SHUNT_MSG_MAX, "fits");
 
 #endif

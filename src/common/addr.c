@@ -149,3 +149,32 @@ char *shunt_addr_format(const struct shunt_wire_addr *w, char *buf, size_t n)
 		snprintf(buf, n, "[%s]:%u", ip, w->port);
 	return buf;
 }
+
+void shunt_addr_ends(const struct shunt_wire_addr *client, const struct shunt_wire_addr *dst,
+		     const struct shunt_wire_addr *listener, struct shunt_wire_addr local[2],
+		     struct shunt_wire_addr peer[2])
+{
+	struct shunt_wire_addr reached = *dst, from = *client;
+
+	shunt_addr_unmap(&reached);
+	if (shunt_addr_is_any(&reached))
+		shunt_addr_set_loopback(&reached);
+	local[0] = *client;
+	peer[0] = *dst;
+	if (shunt_addr_is_any(dst)) {
+		/* connect() to the wildcard reports the loopback peer it reached. */
+		peer[0] = reached;
+		if (dst->family == AF_INET6 && reached.family == AF_INET)
+			shunt_addr_map_v6(&peer[0]);
+	}
+	shunt_addr_unmap(&from);
+	if (listener->family == AF_INET6) {
+		shunt_addr_map_v6(&reached);
+		shunt_addr_map_v6(&from);
+	}
+	reached.port = listener->port;
+	reached.flowinfo = 0;
+	from.flowinfo = 0;
+	local[1] = reached;
+	peer[1] = from;
+}

@@ -37,4 +37,16 @@ void shunt_addr_map_v6(struct shunt_wire_addr *w);
 /* "127.0.0.1:80" or "[::1]:80" into @buf (SHUNT_ADDR_STRLEN bytes); returns @buf. */
 char *shunt_addr_format(const struct shunt_wire_addr *w, char *buf, size_t n);
 
+/*
+ * The addresses both ends of a connection report, as the kernel reports
+ * them: from a client bound to @client to @dst, accepted by a listener
+ * bound to @listener. The connector sees its own address and the one it
+ * connected to (the loopback address it reached for a wildcard @dst); the
+ * acceptor sees the address the client reached and the client's, both in
+ * the listener's family (v4-mapped on a dual-stack IPv6 listener).
+ */
+void shunt_addr_ends(const struct shunt_wire_addr *client, const struct shunt_wire_addr *dst,
+		     const struct shunt_wire_addr *listener, struct shunt_wire_addr local[2],
+		     struct shunt_wire_addr peer[2]);
+
 #endif

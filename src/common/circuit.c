@@ -18,17 +18,26 @@ bool shunt_circuit_ring_size_ok(uint32_t ring_size)
 
 int shunt_circuit_map(int memfd, uint32_t ring_size, struct shunt_circuit_hdr **out)
 {
+	return shunt_circuit_map_at(memfd, 0, ring_size, out);
+}
+
+int shunt_circuit_map_at(int memfd, uint64_t offset, uint32_t ring_size,
+			 struct shunt_circuit_hdr **out)
+{
 	size_t size = shunt_circuit_size(ring_size);
 	struct stat st;
 	void *p;
 	int seals;
 
-	if (!shunt_circuit_ring_size_ok(ring_size))
+	if (!shunt_circuit_ring_size_ok(ring_size) || offset % SHUNT_CIRCUIT_HDR_SIZE)
 		return -EINVAL;
 	/* Raw calls, so that the preload's seccomp gate judges them. */
 	if (shunt_syscall(SYS_fstat, memfd, &st) < 0)
 		return -errno;
-	if (!S_ISREG(st.st_mode) || (size_t)st.st_size != size)
+	/* A circuit of its own fills its memfd; a channel's slot lies within it. */
+	if (!S_ISREG(st.st_mode) || (offset ? (uint64_t)st.st_size < offset + size ||
+					      offset + size < offset
+					    : (size_t)st.st_size != size))
 		return -EPROTO;
 	/* A raw call: in the preload, fcntl() is the library's own wrapper. */
 	seals = (int)shunt_syscall(SYS_fcntl, memfd, F_GET_SEALS);
@@ -36,7 +45,8 @@ int shunt_circuit_map(int memfd, uint32_t ring_size, struct shunt_circuit_hdr **
 		return -errno;
 	if (!(seals & F_SEAL_SHRINK))
 		return -EPROTO;
-	p = (void *)shunt_syscall(SYS_mmap, NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0L);
+	p = (void *)shunt_syscall(SYS_mmap, NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd,
+				  (long)offset);
 	if (p == MAP_FAILED)
 		return -errno;
 	*out = p;

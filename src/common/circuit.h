@@ -19,6 +19,14 @@ bool shunt_circuit_ring_size_ok(uint32_t ring_size);
  */
 int shunt_circuit_map(int memfd, uint32_t ring_size, struct shunt_circuit_hdr **out);
 
+/*
+ * The same for a circuit that starts @offset bytes into @memfd (a channel's
+ * slot, include/shunt/chan.h): the memfd must hold all of it, @offset must
+ * be page aligned.
+ */
+int shunt_circuit_map_at(int memfd, uint64_t offset, uint32_t ring_size,
+			 struct shunt_circuit_hdr **out);
+
 void shunt_circuit_unmap(struct shunt_circuit_hdr *hdr, uint32_t ring_size);
 
 #endif

@@ -28,6 +28,7 @@ size_t shunt_proto_size(uint16_t type)
 	case SHUNT_MSG_LISTEN: return sizeof(struct shunt_msg_listen);
 	case SHUNT_MSG_LISTEN | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_listen_reply);
 	case SHUNT_MSG_UNLISTEN: return sizeof(struct shunt_msg_unlisten);
+	case SHUNT_MSG_UNLISTEN | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
 	case SHUNT_MSG_CONNECT: return sizeof(struct shunt_msg_connect);
 	case SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_circuit);
 	case SHUNT_MSG_ACCEPT: return sizeof(struct shunt_msg_accept);
@@ -79,6 +80,9 @@ int shunt_proto_check(const void *buf, size_t len)
 	/* Replies other than SHUNT_OK are bare headers, but one that says why. */
 	if (h.type == (SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY) && h.status == SHUNT_KERNEL_POLICY)
 		want = sizeof(struct shunt_msg_connect_kernel);
+	else if ((h.type == (SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY) ||
+		  h.type == (SHUNT_MSG_ACCEPT | SHUNT_MSG_REPLY)) && h.status == SHUNT_USE_CHANNEL)
+		want = sizeof(struct shunt_msg_chan);
 	else if ((h.type & SHUNT_MSG_REPLY) && h.status != SHUNT_OK)
 		want = sizeof(h);
 	else if (!(h.type & SHUNT_MSG_REPLY) && h.status != 0)

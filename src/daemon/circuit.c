@@ -105,10 +105,18 @@ void shuntd_circuit_destroy(struct shuntd *d, struct circuit *c)
 		d->bytes_closed += atomic_load(&c->hdr->ring[e].tail);
 	}
 	shuntd_tenant_free_memory(c);
+	shunt_map_del(&d->circuits, c->id);
+	/* A channel's slot goes back to its channel; a circuit of our own, unmapped. */
+	if (c->chan) {
+		if (c->adopt_at)
+			shunt_list_del(&c->adopt_node);
+		shuntd_chan_slot_done(d, c);
+		free(c);
+		return;
+	}
 	munmap(c->hdr, shunt_circuit_size(c->ring_size));
 	if (c->memfd >= 0)
 		close(c->memfd);
-	shunt_map_del(&d->circuits, c->id);
 	free(c);
 }
 
@@ -157,7 +165,12 @@ void shuntd_circuit_end_done(struct shuntd *d, struct circuit *c, unsigned end, 
 		return;
 	e->done = true;
 	shuntd_tenant_release(c, end);
-	if (died)
+	/*
+	 * A channel's circuit: its holders let go in their journals, after a
+	 * shared close that each was told was not the last (the others had
+	 * not let go yet); nobody said FIN then, so it is said now.
+	 */
+	if (died || c->chan)
 		bury(c, end);
 	if (!c->end[end ^ 1].done) {
 		shuntd_circuit_wake(d, c, end ^ 1);

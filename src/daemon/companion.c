@@ -216,6 +216,98 @@ static int fd_in_process(pid_t pid, uint64_t ino)
 	return r;
 }
 
+/* Socket @fd of process @pid, if it still is socket inode @ino there; or -errno. */
+static int fd_of(pid_t pid, int fd, uint64_t ino)
+{
+	int pidfd, r;
+
+	if (pid <= 0 || fd < 0 || !ino)
+		return -ENOENT;
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0)
+		return -errno;
+	r = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+	r = r < 0 ? -errno : r;
+	close(pidfd);
+	if (r >= 0 && inode_of(r) != ino) {
+		close(r);
+		r = -ESTALE;
+	}
+	return r;
+}
+
+/*
+ * End @end's socket as journaled: @known if it is that socket, else from a
+ * process holding the end (where it was journaled, or wherever it is now:
+ * a fork child may have moved it, as inetd's do onto 0 and 1). -errno if
+ * none has it.
+ */
+static int end_socket(struct circuit *c, unsigned end, int known)
+{
+	struct shunt_list *pos;
+	int fd = -ENOENT;
+
+	if (!c->jino[end])
+		return -ENOENT;
+	if (known >= 0 && inode_of(known) == c->jino[end]) {
+		fd = fcntl(known, F_DUPFD_CLOEXEC, 0);
+		return fd < 0 ? -errno : fd;
+	}
+	shunt_list_for_each(pos, &c->end[end].holds) {
+		struct hold *h = shunt_container_of(pos, struct hold, node);
+
+		if (h->session->ticket || h->session->pid <= 0)
+			continue;
+		fd = fd_of(h->session->pid, c->jfd[end], c->jino[end]);
+		if (fd < 0)
+			fd = fd_in_process(h->session->pid, c->jino[end]);
+		if (fd >= 0)
+			break;
+	}
+	return fd;
+}
+
+int shuntd_companion_adopt(struct circuit *c, int known)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int fd[2] = { -1, -1 }, r;
+
+	if (c->companion)
+		return 0;
+	if (disabled)
+		return -EPERM;
+	/* The two sockets, in the processes that made and took the connection. */
+	for (unsigned e = 0; e < 2; e++) {
+		fd[e] = end_socket(c, e, known);
+		if (fd[e] < 0) {
+			r = fd[e];
+			goto out;
+		}
+	}
+	r = shuntd_companion_seqs(c);
+	if (r == 0)
+		r = shuntd_companion_connector(c, fd[SHUNT_END_CONNECTOR]);
+	if (r == 0) {
+		/* In repair mode bind ignores the listener on that port (a forced reuse). */
+		len = shunt_addr_from_wire(&c->local[SHUNT_END_ACCEPTOR], &ss);
+		r = repair(fd[SHUNT_END_ACCEPTOR], 1);
+		if (r == 0 && bind(fd[SHUNT_END_ACCEPTOR], (struct sockaddr *)&ss, len) < 0)
+			r = -errno;
+		if (r == 0)
+			r = establish(fd[SHUNT_END_ACCEPTOR], c->isn[SHUNT_END_ACCEPTOR],
+				      c->isn[SHUNT_END_CONNECTOR], &c->peer[SHUNT_END_ACCEPTOR]);
+		if (r == 0)
+			c->kino[SHUNT_END_ACCEPTOR] = c->jino[SHUNT_END_ACCEPTOR];
+	}
+	c->companion = r == 0;
+out:
+	for (unsigned e = 0; e < 2; e++)
+		if (fd[e] >= 0)
+			close(fd[e]);
+	return r;
+}
+
 int shuntd_companion_fetch(struct shuntd *d, struct circuit *c, unsigned end)
 {
 	struct shunt_list *pos;

@@ -19,40 +19,6 @@
 #include "daemon/shuntd.h"
 
 /*
- * The addresses each end will report. The connector sees its own bound
- * address and the one it connected to; the acceptor sees the address the
- * client reached and the client's address, both in the listener's family
- * (v4-mapped on a dual-stack IPv6 listener), as the kernel reports them.
- */
-static void set_addresses(struct circuit *c, const struct shunt_wire_addr *client,
-			  const struct shunt_wire_addr *dst, const struct listener *l)
-{
-	struct shunt_wire_addr reached = *dst, from = *client;
-
-	shunt_addr_unmap(&reached);
-	if (shunt_addr_is_any(&reached))
-		shunt_addr_set_loopback(&reached);
-	c->local[SHUNT_END_CONNECTOR] = *client;
-	c->peer[SHUNT_END_CONNECTOR] = *dst;
-	if (shunt_addr_is_any(dst)) {
-		/* connect() to the wildcard reports the loopback peer it reached. */
-		c->peer[SHUNT_END_CONNECTOR] = reached;
-		if (dst->family == AF_INET6 && reached.family == AF_INET)
-			shunt_addr_map_v6(&c->peer[SHUNT_END_CONNECTOR]);
-	}
-	shunt_addr_unmap(&from);
-	if (l->addr.family == AF_INET6) {
-		shunt_addr_map_v6(&reached);
-		shunt_addr_map_v6(&from);
-	}
-	reached.port = l->addr.port;
-	reached.flowinfo = 0;
-	from.flowinfo = 0;
-	c->local[SHUNT_END_ACCEPTOR] = reached;
-	c->peer[SHUNT_END_ACCEPTOR] = from;
-}
-
-/*
  * The source address @src the kernel chose (shuntd_listener_match: the
  * destination itself, loopback, or the connecting namespace's route's
  * preferred source), as a @family socket reports it: v4-mapped on IPv6.
@@ -111,6 +77,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	struct sock_facts f;
 	struct listener *l = NULL;
 	struct netns *ns = NULL;
+	struct channel *ch;
 	struct circuit *c;
 	struct hold *h;
 	int r = shuntd_socket_facts(fd, &f);
@@ -175,6 +142,22 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, r);
 		return;
 	}
+	/*
+	 * From now on this process connects to @l by itself, through a
+	 * channel (chan.c): where the decision cannot change while it lasts,
+	 * a loopback destination in the listener's own namespace.
+	 */
+	if (!(m->flags & SHUNT_CONNECT_NO_CHANNEL) && f.netns == l->netns &&
+	    (shunt_addr_is_loopback(&m->dst) || shunt_addr_is_any(&m->dst)) &&
+	    (ch = shuntd_chan_for(d, s, l))) {
+		struct shunt_wire_addr bind_to = source_for(&src, f.domain);
+
+		close(fd);
+		/* Links now, as for a circuit of ours: waking epoll waiters must not need us later. */
+		shuntd_link_prepare(d, s, l);
+		shuntd_chan_reply(s, ch, SHUNT_MSG_CONNECT, m->h.seq, &bind_to, l->doorbell);
+		return;
+	}
 	c = shuntd_circuit_create(d, d->cfg.ring_size);
 	h = c ? shuntd_hold_end(c, SHUNT_END_CONNECTOR, s) : NULL;
 	if (!h) {
@@ -188,7 +171,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	}
 	shuntd_tenant_charge(c, SHUNT_END_CONNECTOR, s->tenant);
 	atomic_store(&c->hdr->end[SHUNT_END_CONNECTOR].holders, 1);
-	set_addresses(c, &f.local, &m->dst, l);
+	shunt_addr_ends(&f.local, &m->dst, &l->addr, c->local, c->peer);
 	/*
 	 * Both ends in shuntd's own namespace only: companions are made there
 	 * (a connection between two namespaces has none; docs/containers.md).
@@ -196,7 +179,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	c->companion = f.netns == d->netns_self && l->netns == d->netns_self &&
 		       shuntd_companion_seqs(c) == 0 && shuntd_companion_connector(c, fd) == 0;
 	c->listener = l;
-	if (l->queued < l->max_queued) {
+	if (l->queued + shuntd_chan_queued(l) < l->max_queued) {
 		atomic_store(&c->hdr->setup, SHUNT_SETUP_ESTABLISHED);
 		shuntd_listener_enqueue(d, l, c);
 	} else {
@@ -223,8 +206,16 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	/* Whoever holds the listening socket may accept on it, and no one else. */
 	if (r == 0 && (!l || !f.listening || f.inode != l->inode))
 		r = -ENOENT;
-	if (r == 0 && shunt_list_empty(&l->acceptq))
+	if (r == 0 && shunt_list_empty(&l->acceptq)) {
+		/* Connections of its channels: one it does not have yet may hold some. */
+		struct channel *ch = shuntd_chan_to_give(d, s, l);
+
+		if (ch) {
+			shuntd_chan_reply(s, ch, SHUNT_MSG_ACCEPT, m->h.seq, NULL, -1);
+			return;
+		}
 		r = -EAGAIN;
+	}
 	if (r < 0) {
 		shuntd_session_reply_status(s, SHUNT_MSG_ACCEPT, m->h.seq, r);
 		return;
@@ -258,6 +249,7 @@ void shuntd_close(struct shuntd *d, struct session *s, const struct shunt_msg_cl
 	struct circuit *c = shunt_map_get(&d->circuits, m->circuit);
 	bool shared = m->flags & SHUNT_CLOSE_SHARED;
 	struct hold *h = c && m->end <= 1 ? shuntd_hold_find_end(s, c, m->end) : NULL;
+	struct shunt_list *pos;
 	bool last;
 
 	if (!h) {
@@ -273,6 +265,45 @@ void shuntd_close(struct shuntd *d, struct session *s, const struct shunt_msg_cl
 	if (m->end == SHUNT_END_CONNECTOR && c->queue == CIRCUIT_DEFERRED)
 		shuntd_listener_deferred_closed(d, c);
 	last = c->end[m->end].holds.next == &h->node && c->end[m->end].holds.prev == &h->node;
+	/*
+	 * A channel's circuit: a shared close only asks whether it is the
+	 * last; the holder lets go when it says so in its journal, once it
+	 * cannot touch the slot any more (the slot may then be used again).
+	 */
+	if (c->chan && shared) {
+		/*
+		 * The other holders may have let go in their journals: read
+		 * them first (ids, as reading releases holds; our own hold
+		 * keeps the end, and so the circuit, alive meanwhile).
+		 */
+		uint64_t others[16];
+		unsigned n = 0;
+
+		shunt_list_for_each(pos, &c->end[m->end].holds) {
+			struct session *o = shunt_container_of(pos, struct hold, node)->session;
+
+			if (o != s && n < 16)
+				others[n++] = o->id;
+		}
+		for (unsigned i = 0; i < n; i++) {
+			struct session *o = shunt_map_get(&d->sessions, others[i]);
+
+			if (o)
+				shuntd_journal_read(d, o);
+		}
+		h = shuntd_hold_find_end(s, c, m->end);
+		if (!h) {
+			shuntd_session_reply_status(s, SHUNT_MSG_CLOSE, m->h.seq, -ENOENT);
+			return;
+		}
+		last = !h->closing;
+		h->closing = true;
+		shunt_list_for_each(pos, &c->end[m->end].holds)
+			if (!shunt_container_of(pos, struct hold, node)->closing)
+				last = false;
+		shuntd_session_reply_status(s, SHUNT_MSG_CLOSE, m->h.seq, last ? SHUNT_LAST : SHUNT_OK);
+		return;
+	}
 	shuntd_hold_release(d, h, false);
 	/* Only the last holder's close ends the connection: it publishes the FIN. */
 	if (shared)

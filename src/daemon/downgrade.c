@@ -53,6 +53,17 @@ void shuntd_downgrade(struct shuntd *d, struct session *s, const struct shunt_ms
 	int kfd[2] = { -1, -1 }, r = 0;
 	unsigned mine;
 
+	/* A channel's circuit gets its companions when it first needs them: now. */
+	if (c && c->chan && !c->companion) {
+		/* The peer's journal says which socket it took the connection with. */
+		for (unsigned e = 0; e < 2; e++) {
+			struct session *h = shuntd_circuit_holder(c, e);
+
+			if (h && h != s)
+				shuntd_journal_read(d, h);
+		}
+		shuntd_companion_adopt(c, fd);
+	}
 	/* The requester proves which end it holds with that end's kernel socket. */
 	if (!c || !c->companion || c->downgraded) {
 		r = !c ? -ENOENT : c->downgraded ? 0 : -EOPNOTSUPP;

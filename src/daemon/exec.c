@@ -169,7 +169,7 @@ static int keep(struct shuntd *d, struct session *s, struct session *t,
 	/* With a companion the socket proves which end it is, as for a downgrade. */
 	if (c->companion && c->kino[m->end] != ino)
 		return -EPERM;
-	if (c->memfd < 0 || c->downgraded)
+	if ((c->memfd < 0 && !c->chan) || c->downgraded)
 		return -EOPNOTSUPP;
 	if (shuntd_hold_find_end(t, c, m->end))
 		return 0;
@@ -267,6 +267,12 @@ void shuntd_exec_next(struct shuntd *d, struct session *s, const struct shunt_ms
 		r.local = c->local[h->end];
 		r.peer = c->peer[h->end];
 		r.inode = h->inode;
+		/* A channel's circuit: its slot of the channel's memfd. */
+		if (c->chan) {
+			r.offset = shunt_chan_slot_offset(c->chan->slots, c->ring_size, c->slot);
+			shuntd_session_reply(s, &r, &c->chan->memfd, 1);
+			return;
+		}
 		shuntd_session_reply(s, &r, &c->memfd, 1);
 		return;
 	}

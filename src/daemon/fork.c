@@ -45,6 +45,8 @@ struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent)
 	memcpy(t->comm, parent->comm, sizeof(t->comm));
 	shunt_list_init(&t->holds);
 	shunt_map_init(&t->links);
+	shunt_list_init(&t->channels);
+	shunt_map_init(&t->chans_given);
 	if (getrandom(&t->secret, sizeof(t->secret), 0) != sizeof(t->secret) ||
 	    shunt_map_put(&d->sessions, t->id, t) < 0) {
 		free(t);

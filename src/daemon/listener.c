@@ -72,6 +72,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 		/* listen() again (or TCP_DEFER_ACCEPT set): the kernel changed it; so do we. */
 		l->max_queued = f.max_backlog + 1;
 		l->defer_ms = f.defer_accept * 1000;
+		shuntd_chan_relisten(l);
 		shuntd_listener_admit(d, l);
 		reply_listen(s, m->h.seq, l->id, -1);
 		shuntd_netns_put(d, ns);
@@ -130,6 +131,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	shunt_list_init(&l->acceptq);
 	shunt_list_init(&l->synq);
 	shunt_list_init(&l->deferq);
+	shunt_list_init(&l->channels);
 	char a[SHUNT_ADDR_STRLEN];
 
 	shunt_debug("listener %llu: %s backlog %u (pid %d)", (unsigned long long)l->id,
@@ -143,13 +145,16 @@ void shuntd_listener_unregister(struct shuntd *d, struct session *s,
 	struct listener *l = shunt_map_get(&d->listeners, m->listener);
 	struct hold *h = l ? shuntd_hold_find_listener(s, l) : NULL;
 
-	if (!h)
-		return;
-	/* shutdown() stops the socket listening for every process holding it. */
-	if (m->flags & SHUNT_UNLISTEN_SHUTDOWN)
+	/*
+	 * Answered once done, so that the program's next call sees the
+	 * kernel as it would: the port held by the accepted connections
+	 * alone (their companions, chan.c), queued ones reset.
+	 */
+	if (h && (m->flags & SHUNT_UNLISTEN_SHUTDOWN))
 		shuntd_listener_destroy(d, l);
-	else
+	else if (h)
 		shuntd_hold_release(d, h, false);	/* the last one destroys it */
+	shuntd_session_reply_status(s, SHUNT_MSG_UNLISTEN, m->h.seq, h ? SHUNT_OK : -ENOENT);
 }
 
 struct session *shuntd_listener_holder(struct listener *l)
@@ -263,6 +268,8 @@ void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
 		shuntd_listener_admit(d, heir);
 	}
 
+	/* Its channels close, and what is queued in them is reset. */
+	shuntd_chan_listener_gone(d, l);
 	/* A SYN still waiting for room meets a closed port: connection refused. */
 	shunt_list_for_each_safe(pos, tmp, &l->synq) {
 		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
@@ -479,7 +486,8 @@ void shuntd_listener_enqueue(struct shuntd *d, struct listener *l, struct circui
 
 void shuntd_listener_admit(struct shuntd *d, struct listener *l)
 {
-	while (!shunt_list_empty(&l->synq) && l->queued < l->max_queued) {
+	/* The accept queue is ours and the channels' together, as the kernel has one. */
+	while (!shunt_list_empty(&l->synq) && l->queued + shuntd_chan_queued(l) < l->max_queued) {
 		struct circuit *c = shunt_list_first(&l->synq, struct circuit, queue_node);
 
 		shuntd_circuit_unqueue(c);

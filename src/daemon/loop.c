@@ -83,6 +83,14 @@ int shuntd_loop_run(struct shuntd *d)
 
 		if (tick >= 0 && (timeout < 0 || tick < timeout))
 			timeout = tick;
+		/* Journals are read on a tick while entries keep coming. */
+		tick = shuntd_journal_next_tick(d);
+		if (tick >= 0 && (timeout < 0 || tick < timeout))
+			timeout = tick;
+		/* Channels' connections that last get their companions. */
+		tick = shuntd_chan_next_tick(d);
+		if (tick >= 0 && (timeout < 0 || tick < timeout))
+			timeout = tick;
 		n = epoll_wait(d->epfd, evs, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -118,11 +126,15 @@ int shuntd_loop_run(struct shuntd *d)
 			} else if (*(int *)tag == SHUNTD_WATCH_EXEC_TIMER) {
 				shuntd_exec_expired(d, shunt_container_of(tag, struct session,
 									  timer_watch));
+			} else if (*(int *)tag == SHUNTD_WATCH_JOURNAL) {
+				shuntd_journal_kicked(d, tag);
 			} else {
 				shuntd_session_input(d, tag);
 			}
 		}
 		shuntd_listener_tick(d);
+		shuntd_journal_tick(d);
+		shuntd_chan_tick(d);
 		if (d->sessions.len)
 			idle_since = now_ms();
 	}

@@ -48,9 +48,9 @@ static uint64_t id_base(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: shuntd [--socket PATH] [--ring-size BYTES] [--idle-exit SECONDS]\n"
-		"              [--socket-mode OCTAL] [--config FILE] [--metrics ADDRESS]\n"
-		"              [--log LEVEL]\n"
+		"usage: shuntd [--socket PATH] [--ring-size BYTES] [--channel-slots N]\n"
+		"              [--idle-exit SECONDS] [--socket-mode OCTAL] [--config FILE]\n"
+		"              [--metrics ADDRESS] [--log LEVEL]\n"
 		"\n"
 		"The shunt daemon: authenticates processes running under shunt, matches\n"
 		"their connect() calls with listeners, and hands both ends a shared-memory\n"
@@ -58,6 +58,9 @@ static void usage(FILE *f)
 		"\n"
 		"  --socket PATH        control socket (default /run/shunt/shuntd.sock)\n"
 		"  --ring-size BYTES    bytes per ring direction, a power of two (default %u)\n"
+		"  --channel-slots N    connections a client may have open to one listener\n"
+		"                       made without asking shuntd (docs/connect.md; %u to\n"
+		"                       %u, default %u; 0: every connect asks shuntd)\n"
 		"  --idle-exit SECONDS  exit after that long with no client (default: never)\n"
 		"  --socket-mode OCTAL  permissions of the control socket (default 0666)\n"
 		"  --config FILE        the policy: tenants, limits, rules (docs/policy.md;\n"
@@ -67,7 +70,8 @@ static void usage(FILE *f)
 		"  --metrics ADDRESS    serve metrics (Prometheus text format) on HOST:PORT\n"
 		"                       or unix:PATH (default: the policy's [daemon] metrics)\n"
 		"  --log LEVEL          quiet, error, warn, info or debug (default warn)\n",
-		SHUNT_RING_DEFAULT);
+		SHUNT_RING_DEFAULT, SHUNT_CHAN_SLOTS_MIN, SHUNT_CHAN_SLOTS_MAX,
+		SHUNT_CHAN_SLOTS_DEFAULT);
 }
 
 static int parse(int argc, char **argv, struct shuntd_config *cfg)
@@ -75,6 +79,7 @@ static int parse(int argc, char **argv, struct shuntd_config *cfg)
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "ring-size", required_argument, NULL, 'r' },
+		{ "channel-slots", required_argument, NULL, 'C' },
 		{ "idle-exit", required_argument, NULL, 'i' },
 		{ "socket-mode", required_argument, NULL, 'm' },
 		{ "log", required_argument, NULL, 'l' },
@@ -86,7 +91,7 @@ static int parse(int argc, char **argv, struct shuntd_config *cfg)
 	enum shunt_log_level level = shunt_log_parse(getenv("SHUNT_LOG"), SHUNT_LOG_WARN);
 	int c;
 
-	while ((c = getopt_long(argc, argv, "s:r:i:m:l:c:M:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:r:C:i:m:l:c:M:h", opts, NULL)) != -1) {
 		char *end = NULL;
 
 		switch (c) {
@@ -98,6 +103,15 @@ static int parse(int argc, char **argv, struct shuntd_config *cfg)
 			if (*end || !shunt_circuit_ring_size_ok(cfg->ring_size)) {
 				fprintf(stderr, "shuntd: --ring-size %s: must be a power of two "
 					"between %u and %u\n", optarg, SHUNT_RING_MIN, SHUNT_RING_MAX);
+				return -1;
+			}
+			break;
+		case 'C':
+			cfg->chan_slots = (uint32_t)strtoul(optarg, &end, 0);
+			if (*end || (cfg->chan_slots && (cfg->chan_slots < SHUNT_CHAN_SLOTS_MIN ||
+							 cfg->chan_slots > SHUNT_CHAN_SLOTS_MAX))) {
+				fprintf(stderr, "shuntd: --channel-slots %s: 0, or between %u and %u\n",
+					optarg, SHUNT_CHAN_SLOTS_MIN, SHUNT_CHAN_SLOTS_MAX);
 				return -1;
 			}
 			break;
@@ -332,6 +346,7 @@ int main(int argc, char **argv)
 	d.cfg = (struct shuntd_config){
 		.socket_path = "/run/shunt/shuntd.sock",
 		.ring_size = SHUNT_RING_DEFAULT,
+		.chan_slots = SHUNT_CHAN_SLOTS_DEFAULT,
 		.idle_exit_ms = -1,
 		.socket_mode = 0666,
 	};
@@ -356,6 +371,9 @@ int main(int argc, char **argv)
 	shunt_map_init(&d.sessions);
 	shunt_map_init(&d.listeners);
 	shunt_map_init(&d.circuits);
+	shunt_map_init(&d.channels);
+	shunt_list_init(&d.journals_awake);
+	shunt_list_init(&d.adopt_pending);
 	if (shuntd_netns_init(&d) < 0)
 		return 1;
 	if (open_control_socket(&d) < 0)

@@ -253,6 +253,7 @@ void shuntd_metrics_input(struct shuntd *d, void *tag)
 		hl = snprintf(head, sizeof(head), "HTTP/1.0 405 Method Not Allowed\r\n"
 			      "Content-Length: 0\r\nConnection: close\r\n\r\n");
 	} else {
+		shuntd_journal_read_all(d);
 		render(d, &o);
 		hl = snprintf(head, sizeof(head), "HTTP/1.0 200 OK\r\n"
 			      "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"

@@ -71,6 +71,8 @@ void shuntd_session_accept(struct shuntd *d)
 		s->ns = shuntd_netns_of_pid(d, cred.pid);
 		shunt_list_init(&s->holds);
 		shunt_map_init(&s->links);
+		shunt_list_init(&s->channels);
+		shunt_map_init(&s->chans_given);
 		if (shunt_map_put(&d->sessions, s->id, s) < 0 || shuntd_loop_watch(d, fd, s) < 0) {
 			shunt_map_del(&d->sessions, s->id);
 			shuntd_netns_put(d, s->ns);
@@ -127,7 +129,8 @@ static bool has_reply(uint16_t type)
 static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m)
 {
 	struct shunt_msg_hello_reply r;
-	int fds[2];
+	int fds[4];
+	unsigned nfds = 2;
 
 	shunt_proto_init(&r, SHUNT_MSG_HELLO | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
 	if (m->flags & SHUNT_HELLO_CLAIM)
@@ -143,7 +146,12 @@ static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_he
 	r.link = s->dlink->id;
 	fds[0] = s->dlink->memfd;
 	fds[1] = s->dlink->efd[0];
-	shuntd_session_reply(s, &r, fds, 2);
+	/* Without a journal it simply asks for every connection, as before. */
+	if (s->journal || shuntd_journal_make(d, s) == 0) {
+		fds[nfds++] = s->journal->memfd;
+		fds[nfds++] = s->journal->kick;
+	}
+	shuntd_session_reply(s, &r, fds, nfds);
 }
 
 static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *fds, unsigned nfds)
@@ -158,6 +166,8 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 			shuntd_session_reply_status(s, h->type, h->seq, -EPROTO);
 		return;
 	}
+	/* Nothing it asks may overtake what it journaled before asking. */
+	shuntd_journal_read(d, s);
 	switch (h->type) {
 	case SHUNT_MSG_HELLO:
 		hello(d, s, buf);
@@ -258,6 +268,10 @@ void shuntd_session_close(struct shuntd *d, struct session *s)
 	struct shunt_list *pos, *tmp;
 
 	shunt_debug("session %llu (pid %d) gone", (unsigned long long)s->id, (int)s->pid);
+	/* What it did before it went counts: connections it made, ends it let go of. */
+	shuntd_journal_read(d, s);
+	shuntd_journal_free(d, s);
+	shuntd_chan_client_gone(d, s);
 	if (s->fd >= 0) {
 		shuntd_loop_unwatch(d, s->fd);
 		close(s->fd);

@@ -22,13 +22,16 @@
 #include "common/list.h"
 #include "common/map.h"
 #include "policy/policy.h"
+#include "shunt/chan.h"
 #include "shunt/circuit.h"
+#include "shunt/journal.h"
 #include "shunt/link.h"
 #include "shunt/proto.h"
 
 struct shuntd_config {
 	const char *socket_path;
 	uint32_t ring_size;
+	uint32_t chan_slots;		/* slots of a new channel; 0: no channels */
 	int idle_exit_ms;		/* exit after this long without sessions; <0: never */
 	mode_t socket_mode;
 	const char *config_path;	/* the policy file, or NULL for the built-in policy */
@@ -75,6 +78,9 @@ struct shuntd {
 	struct shunt_map sessions;	/* id -> struct session (tickets too) */
 	struct shunt_map listeners;	/* id -> struct listener */
 	struct shunt_map circuits;	/* id -> struct circuit */
+	struct shunt_map channels;	/* id -> struct channel */
+	struct shunt_list journals_awake;	/* struct journal.awake_node: read on the next tick */
+	struct shunt_list adopt_pending;	/* struct circuit.adopt_node, by adopt_at */
 	size_t live_sessions;		/* connected sessions, for idle exit */
 	uint64_t circuits_total;
 	uint64_t sessions_total;
@@ -96,6 +102,22 @@ enum shuntd_watch_kind {
 	SHUNTD_WATCH_TICKET,		/* a fork child that has not claimed its ticket exited */
 	SHUNTD_WATCH_METRICS,		/* a metrics client sent (part of) its request */
 	SHUNTD_WATCH_EXEC_TIMER,	/* an exec ticket was not claimed in time */
+	SHUNTD_WATCH_JOURNAL,		/* a session kicked its journal */
+};
+
+/*
+ * A session's journal (journal.c): what its process did without asking,
+ * read in batches. @watch is the loop's tag for @kick.
+ */
+struct journal {
+	int watch;			/* SHUNTD_WATCH_JOURNAL */
+	struct session *session;
+	struct shunt_journal_hdr *hdr;
+	int memfd;
+	int kick;			/* eventfd the process writes when shuntd sleeps */
+	uint64_t read_at_tick;		/* head when the last tick began */
+	bool awake;			/* on d->journals_awake */
+	struct shunt_list awake_node;
 };
 
 /*
@@ -118,6 +140,9 @@ struct session {
 	struct shunt_list holds;	/* struct hold.session_node */
 	struct shunt_map links;		/* partner session id -> struct link */
 	struct link *dlink;		/* shuntd's notices to this session */
+	struct journal *journal;	/* what it did without asking, or NULL */
+	struct shunt_list channels;	/* struct channel.client_node: its channels as a client */
+	struct shunt_map chans_given;	/* channel id -> struct channel, given as an acceptor */
 	uint64_t *gone;			/* ids of links whose partner is gone, not yet told */
 	size_t ngone, gone_cap;
 	/* Tickets only. */
@@ -143,6 +168,7 @@ struct hold {
 	uint64_t inode;			/* of the kernel socket the end was kept with */
 	uint32_t xflags;		/* enum shunt_exec_flags */
 	bool exec_pending;		/* not yet handed to the new image (EXEC_NEXT) */
+	bool closing;			/* a channel's circuit: closed, not yet let go (connect.c) */
 };
 
 /* The notice pages shared by two sessions, or by one session and shuntd. */
@@ -188,6 +214,39 @@ struct circuit {
 	int64_t defer_until;		/* CIRCUIT_DEFERRED: accepted anyway then (ms, monotonic) */
 	enum circuit_queue queue;
 	struct shunt_list queue_node;
+	/* A circuit in a channel's slot (chan.c): its memory is the channel's. */
+	struct channel *chan;
+	uint32_t slot;
+	int jfd[2];			/* each end's socket in its process, as journaled */
+	uint64_t jino[2];		/* ...and its inode */
+	int64_t adopt_at;		/* when it gets its companions (ms), on d->adopt_pending */
+	struct shunt_list adopt_node;
+};
+
+/*
+ * A channel (include/shunt/chan.h, chan.c): one client session's way to
+ * one listener's holders without shuntd. It lives while its client and its
+ * listener do, or while a circuit lives in one of its slots.
+ */
+struct channel {
+	uint64_t id;
+	uint64_t id_base;		/* slot i's circuit is id_base + i */
+	struct session *client;		/* NULL once gone */
+	struct listener *listener;	/* NULL once gone */
+	struct shunt_chan_hdr *hdr;	/* all of it, mapped */
+	size_t size;
+	int memfd;
+	uint32_t slots;
+	uint32_t ring_size;
+	struct circuit **circ;		/* per slot: the circuit living there, or NULL */
+	/*
+	 * Per slot, when its listener went: generation + 1 of a connection
+	 * queued there but not yet journaled (its entry then resets it), or 0.
+	 */
+	uint32_t *gone_queued;
+	uint32_t live;			/* circuits living in it */
+	struct shunt_list client_node;	/* in client->channels */
+	struct shunt_list listener_node;	/* in listener->channels */
 };
 
 struct listener {
@@ -208,7 +267,8 @@ struct listener {
 	uint32_t defer_ms;		/* TCP_DEFER_ACCEPT as the kernel rounded it, in ms; 0: off */
 	bool reuseport;			/* SO_REUSEPORT: one of a group sharing the address */
 	uid_t uid;			/* the socket's owner: a group has one */
-	int doorbell;			/* EFD_SEMAPHORE: value == queued */
+	int doorbell;			/* EFD_SEMAPHORE: value == queued, channels' entries too */
+	struct shunt_list channels;	/* struct channel.listener_node */
 };
 
 struct mnl_socket;
@@ -391,6 +451,57 @@ int shuntd_circuit_reply(struct shuntd *d, struct session *s, struct circuit *c,
 /* The first session holding @end (for status), or NULL. */
 struct session *shuntd_circuit_holder(struct circuit *c, unsigned end);
 
+/* chan.c: channels, and the circuits living in their slots */
+/*
+ * The channel through which @s may connect to @l from now on without
+ * asking (made if need be), or NULL when it cannot have one: the caller
+ * serves this connect itself.
+ */
+struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct listener *l);
+/* A channel of @l not yet given to @s, which holds @l (marked given), or NULL. */
+struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct listener *l);
+/* Connections queued in @l's channels and not yet taken. */
+uint32_t shuntd_chan_queued(struct listener *l);
+/* @l listens again (its backlog, its options changed): its channels follow. */
+void shuntd_chan_relisten(struct listener *l);
+/* @l is going away: its channels close, their queued connections are reset. */
+void shuntd_chan_listener_gone(struct shuntd *d, struct listener *l);
+/* @s is gone: its channels close (their circuits live on until done). */
+void shuntd_chan_client_gone(struct shuntd *d, struct session *s);
+/* The policy changed: every channel closes; new connects ask again. */
+void shuntd_chan_close_all(struct shuntd *d);
+/* Milliseconds until a channel's circuit is due its companions (-1: none), and the look. */
+int shuntd_chan_next_tick(struct shuntd *d);
+void shuntd_chan_tick(struct shuntd *d);
+/* A circuit in a channel's slot is destroyed: give the slot back. */
+void shuntd_chan_slot_done(struct shuntd *d, struct circuit *c);
+/* Journal entries: a connection queued, taken. */
+void shuntd_chan_connected(struct shuntd *d, struct session *s,
+			   const struct shunt_journal_entry *e);
+void shuntd_chan_accepted(struct shuntd *d, struct session *s,
+			  const struct shunt_journal_entry *e);
+/*
+ * Reply to a CONNECT (with the source address to bind to and the
+ * listener's doorbell) or an ACCEPT (@src NULL, @doorbell -1) with a
+ * channel to use: status SHUNT_USE_CHANNEL.
+ */
+int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint32_t seq,
+		      const struct shunt_wire_addr *src, int doorbell);
+
+/* journal.c */
+/* A new session's journal; -errno if it cannot be made. */
+int shuntd_journal_make(struct shuntd *d, struct session *s);
+void shuntd_journal_free(struct shuntd *d, struct session *s);
+/* Read what @s journaled so far (before any request of it, and when it is gone). */
+void shuntd_journal_read(struct shuntd *d, struct session *s);
+/* Read every session's journal (status, metrics: what they show must be whole). */
+void shuntd_journal_read_all(struct shuntd *d);
+/* The process kicked its journal. */
+void shuntd_journal_kicked(struct shuntd *d, struct journal *j);
+/* Milliseconds until awake journals need a look (-1: none), and the look. */
+int shuntd_journal_next_tick(struct shuntd *d);
+void shuntd_journal_tick(struct shuntd *d);
+
 /* companion.c: real kernel sockets for the two ends (needs CAP_NET_ADMIN) */
 /* UNREPAIR: the kernel half of a socket whose circuit is gone, unconnected and out of repair. */
 void shuntd_companion_unrepair(struct shuntd *d, struct session *s,
@@ -398,6 +509,13 @@ void shuntd_companion_unrepair(struct shuntd *d, struct session *s,
 int shuntd_companion_seqs(struct circuit *c);
 int shuntd_companion_connector(struct circuit *c, int fd);
 int shuntd_companion_acceptor(struct circuit *c, int domain);
+/*
+ * A channel's circuit: make the two sockets the processes connected and
+ * accepted with (named by the journal; @known, if not -1, may be one of
+ * them) its companions, in place. 0 (done, or had them) or -errno (one is
+ * gone, no capability...).
+ */
+int shuntd_companion_adopt(struct circuit *c, int known);
 /*
  * Put the connector's socket @fd back as it was before CONNECT made it a
  * companion: unconnected, no error pending, out of repair mode, its

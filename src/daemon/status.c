@@ -97,6 +97,8 @@ void shuntd_status(struct shuntd *d, struct session *s, const struct shunt_msg_s
 {
 	struct shunt_msg_status_end end;
 
+	/* Connections processes made or took without asking are shown too. */
+	shuntd_journal_read_all(d);
 	send_sessions(d, s, m->h.seq);
 	send_listeners(d, s, m->h.seq);
 	send_circuits(d, s, m->h.seq);

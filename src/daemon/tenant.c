@@ -60,6 +60,8 @@ int shuntd_policy_load(struct shuntd *d)
 	}
 	free(d->policy);
 	d->policy = p;
+	/* Channels were granted by the old policy: new connects ask again. */
+	shuntd_chan_close_all(d);
 	/* Tenants follow the new policy; what is charged stays where it is. */
 	while ((s = shunt_map_next(&d->sessions, &it, &key)))
 		if (!s->ticket)

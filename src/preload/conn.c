@@ -18,12 +18,14 @@
 #include "common/lock.h"
 #include "common/log.h"
 #include "common/sys.h"
+#include "preload/chan.h"
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/cork.h"
 #include "preload/fault.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
+#include "preload/spin.h"
 #include "preload/stats.h"
 #include "preload/trim.h"
 #include "preload/util.h"
@@ -239,6 +241,38 @@ static void pids_init(void)
 	pthread_atfork(all_fork_prepare, all_fork_parent, all_fork_child);
 }
 
+/* A connection on mapped circuit @hdr; NULL without memory. */
+static struct shunt_conn *conn_new(struct shunt_circuit_hdr *hdr, uint32_t ring_size,
+				   unsigned end, uint64_t circuit,
+				   const struct shunt_wire_addr *local,
+				   const struct shunt_wire_addr *remote)
+{
+	struct shunt_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->hdr = hdr;
+	c->ring_size = ring_size;
+	c->end = end;
+	c->circuit = circuit;
+	c->me = &hdr->end[c->end];
+	c->peer = &hdr->end[c->end ^ 1];
+	c->local = *local;
+	c->remote = *remote;
+	c->slot = SHUNT_NO_SLOT;
+	c->route = -1;
+	shunt_list_init(&c->trim_node);
+	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
+	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
+	shunt_spin_prepare();
+	pthread_once(&pids_once, pids_init);
+	pthread_mutex_lock(&all_lock);
+	shunt_list_add_tail(&all_conns, &c->all);
+	hold_pid(c->me, shunt_pid);
+	pthread_mutex_unlock(&all_lock);
+	return c;
+}
+
 struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 {
 	struct shunt_conn *c;
@@ -251,7 +285,7 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 		*err = -EMFILE;
 		return NULL;
 	}
-	r = shunt_circuit_map(g->memfd, g->msg.ring_size, &hdr);
+	r = shunt_circuit_map_at(g->memfd, g->offset, g->msg.ring_size, &hdr);
 	shunt_close_internal(g->memfd);
 	g->memfd = -1;
 	if (r < 0) {
@@ -261,31 +295,32 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 		*err = r;
 		return NULL;
 	}
-	c = calloc(1, sizeof(*c));
+	c = conn_new(hdr, g->msg.ring_size, g->msg.end, g->msg.circuit, &g->msg.local,
+		     &g->msg.peer);
 	if (!c) {
 		shunt_circuit_unmap(hdr, g->msg.ring_size);
 		shunt_grant_discard(g);
 		*err = -ENOMEM;
 		return NULL;
 	}
-	c->hdr = hdr;
-	c->ring_size = g->msg.ring_size;
-	c->end = g->msg.end;
-	c->circuit = g->msg.circuit;
-	c->me = &hdr->end[c->end];
-	c->peer = &hdr->end[c->end ^ 1];
-	c->local = g->msg.local;
-	c->remote = g->msg.peer;
-	c->slot = SHUNT_NO_SLOT;
-	c->route = -1;
-	shunt_list_init(&c->trim_node);
-	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
-	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
-	pthread_once(&pids_once, pids_init);
-	pthread_mutex_lock(&all_lock);
-	shunt_list_add_tail(&all_conns, &c->all);
-	hold_pid(c->me, shunt_pid);
-	pthread_mutex_unlock(&all_lock);
+	c->in_slot = g->offset != 0;
+	return c;
+}
+
+struct shunt_conn *shunt_conn_attach(struct shunt_chan *chan, struct shunt_circuit_hdr *hdr,
+				     unsigned end, uint64_t circuit,
+				     const struct shunt_wire_addr *local,
+				     const struct shunt_wire_addr *remote)
+{
+	struct shunt_conn *c = conn_new(hdr, shunt_chan_ring_size(chan), end, circuit, local,
+					remote);
+
+	if (!c) {
+		shunt_chan_put(chan);
+		return NULL;
+	}
+	c->chan = chan;
+	c->in_slot = true;
 	return c;
 }
 
@@ -720,7 +755,9 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 		if (!abort && !unread(c))
 			shunt_conn_push(c);
 		publish_close(c, abort);
-		shunt_ctl_close(c->circuit, c->end, false);
+		/* A channel's slot: shuntd hears of it once nobody here can touch it (conn_free). */
+		if (!c->in_slot)
+			shunt_ctl_close(c->circuit, c->end, false);
 	} else {
 		if (!abort)
 			shunt_conn_push(c);
@@ -745,7 +782,18 @@ void shunt_conn_free(struct shunt_conn *c)
 	pthread_mutex_lock(&all_lock);
 	shunt_list_del(&c->all);
 	pthread_mutex_unlock(&all_lock);
-	shunt_circuit_unmap(c->hdr, c->ring_size);
+	/*
+	 * A channel's slot stays mapped with its channel; shuntd gives it to
+	 * a new connection once both ends told it they are done with it,
+	 * which this process says only now that no thread of it can still
+	 * be inside this connection.
+	 */
+	if (c->in_slot)
+		shunt_ctl_close(c->circuit, c->end, false);
+	if (c->chan)
+		shunt_chan_put(c->chan);
+	else
+		shunt_circuit_unmap(c->hdr, c->ring_size);
 	free(c);
 }
 
@@ -769,7 +817,8 @@ void shunt_conn_let_go(struct shunt_conn *c)
 	shunt_cork_forget(c);
 	shunt_trim_forget(c);
 	drop_pid(c->me, shunt_pid);
-	shunt_ctl_close(c->circuit, c->end, false);
+	if (!c->in_slot)
+		shunt_ctl_close(c->circuit, c->end, false);
 	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));
 	atomic_fetch_add(&shunt_stats.shm_rx_bytes, shunt_conn_rx_bytes(c));
 }

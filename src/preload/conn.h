@@ -33,6 +33,8 @@ enum { SHUNT_NO_SLOT = 0xffffffffu };
 
 struct shunt_conn {
 	struct shunt_circuit_hdr *hdr;
+	struct shunt_chan *chan;	/* the channel whose slot it lives in (a reference), or NULL */
+	bool in_slot;			/* in a channel's slot (mapped with it, or alone after exec) */
 	uint32_t ring_size;
 	unsigned end;			/* enum shunt_end_index */
 	uint64_t circuit;
@@ -85,6 +87,19 @@ struct shunt_conn {
  * to its socket (shunt_notice_bind).
  */
 struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err);
+
+struct shunt_chan;
+
+/*
+ * A connection in slot @hdr of channel @chan (one reference of @chan is
+ * taken over, dropped when the connection is freed): end @end of circuit
+ * @circuit, with the addresses its socket reports. NULL without memory
+ * (the reference is dropped).
+ */
+struct shunt_conn *shunt_conn_attach(struct shunt_chan *chan, struct shunt_circuit_hdr *hdr,
+				     unsigned end, uint64_t circuit,
+				     const struct shunt_wire_addr *local,
+				     const struct shunt_wire_addr *remote);
 
 /*
  * Let go of our end and unmap it. The last holder's close is a FIN, or a

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* The control client: this process's session with shuntd. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -12,8 +13,10 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/sys.h"
+#include "preload/chan.h"
 #include "preload/control.h"
 #include "preload/fdlimit.h"
+#include "preload/journal.h"
 #include "preload/plink.h"
 #include "preload/relisten.h"
 #include "preload/sandbox.h"
@@ -83,6 +86,8 @@ static void drop_session(const char *why, int err)
 		shunt_warn("lost shuntd at %s (%s: %s); new sockets use the kernel",
 			   ctl_addr.sun_path, why, strerror(err));
 	ctl_warned = true;
+	shunt_journal_drop();
+	shunt_chan_drop_all();
 	shunt_close_hidden(ctl_fd);
 	ctl_fd = -1;
 	atomic_store(&session_id, 0);
@@ -111,6 +116,7 @@ static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answ
 /* No session for now, for want of descriptors: nothing to warn about, nothing lost. */
 static void close_quietly_locked(void)
 {
+	shunt_journal_drop();
 	shunt_close_hidden(ctl_fd);
 	ctl_fd = -1;
 	atomic_store(&session_id, 0);
@@ -154,7 +160,7 @@ bool shunt_ctl_usable(const struct shunt_chain *c)
 static int open_session_locked(void)
 {
 	struct shunt_msg_hello hello;
-	struct answer a = { .want = 2 };
+	struct answer a = { .want = 4 };
 	int fd, r;
 
 	if (ctl_fd >= 0)
@@ -199,11 +205,14 @@ static int open_session_locked(void)
 		close_quietly_locked();
 		return -ENOTCONN;
 	}
-	if (r != SHUNT_OK || a.nfds != 2) {
+	/* The daemon link, and the journal if shuntd keeps one for us. */
+	if (r != SHUNT_OK || (a.nfds != 2 && a.nfds != 4)) {
 		shunt_proto_close_fds(a.fds, a.nfds);
 		drop_session("hello", r < 0 ? -r : EPROTO);
 		return -ENOTCONN;
 	}
+	if (a.nfds == 4 && shunt_journal_install(a.fds[2], a.fds[3]) < 0)
+		shunt_info("shuntd's journal could not be mapped; every connect asks shuntd");
 	const struct shunt_msg_hello_reply *hr = (const void *)a.buf;
 	bool claimed = (hello.flags & SHUNT_HELLO_CLAIM) && !hr->claim;
 
@@ -399,19 +408,30 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, int *doorbell
 void shunt_ctl_unlisten(uint64_t listener, bool shutdown)
 {
 	struct shunt_msg_unlisten m;
+	struct answer a = { .want = 0 };
 
 	shunt_proto_init(&m, SHUNT_MSG_UNLISTEN, sizeof(m), 0);
 	m.listener = listener;
 	m.flags = shutdown ? SHUNT_UNLISTEN_SHUTDOWN : 0;
-	notify(&m);
+	/*
+	 * Waited for: the port and the queue must be as the kernel leaves
+	 * them when close() returns. Only on the session that knows the
+	 * listener: a new one (shuntd restarted) would not.
+	 */
+	pthread_mutex_lock(&ctl_lock);
+	if (ctl_fd >= 0 && may_ask(shunt_seccomp_chain(), ctl_fd)) {
+		exchange_locked(&m, NULL, 0, &a);
+		shunt_proto_close_fds(a.fds, a.nfds);
+	}
+	pthread_mutex_unlock(&ctl_lock);
 }
 
 void shunt_grant_discard(struct shunt_grant *g)
 {
-	int fds[2] = { g->kernel_half, g->memfd };
+	int fds[3] = { g->kernel_half, g->memfd, g->doorbell };
 
-	shunt_proto_close_fds(fds, 2);
-	g->kernel_half = g->memfd = -1;
+	shunt_proto_close_fds(fds, 3);
+	g->kernel_half = g->memfd = g->doorbell = -1;
 }
 
 /* Unpack a circuit reply and its descriptors into @g. */
@@ -420,7 +440,19 @@ static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 {
 	unsigned want, i = 0;
 
-	g->kernel_half = g->memfd = -1;
+	g->kernel_half = g->memfd = g->doorbell = -1;
+	g->offset = 0;
+	if (status == SHUNT_USE_CHANNEL) {
+		/* shunt_proto_check let this status through only as a channel. */
+		memcpy(&g->chan, reply, sizeof(g->chan));
+		if (n < 1 || n > 2) {
+			shunt_proto_close_fds(rfds, n);
+			return -EPROTO;
+		}
+		g->memfd = rfds[0];
+		g->doorbell = n == 2 ? rfds[1] : -1;
+		return status;
+	}
 	if (status != SHUNT_OK) {
 		shunt_proto_close_fds(rfds, n);
 		return status;
@@ -483,9 +515,15 @@ static int request_circuit(void *req, int fd, unsigned want, struct shunt_grant 
 	struct answer a = { .want = want };
 	int r = request(req, &fd, 1, &a);
 
+	if (r == SHUNT_USE_CHANNEL && a.truncated) {
+		/* Not delivered whole: do without it (the next connect asks again). */
+		shunt_proto_close_fds(a.fds, a.nfds);
+		g->kernel_half = g->memfd = g->doorbell = -1;
+		return -EMFILE;
+	}
 	if (r == SHUNT_OK && a.truncated) {
 		shunt_proto_close_fds(a.fds, a.nfds);
-		g->kernel_half = g->memfd = -1;
+		g->kernel_half = g->memfd = g->doorbell = -1;
 		/* A SHUNT_OK reply to CONNECT or ACCEPT is a circuit (shunt_proto_check). */
 		withdraw((const struct shunt_msg_circuit *)a.buf, fd);
 		return -EMFILE;
@@ -541,11 +579,48 @@ int shunt_ctl_close(uint64_t circuit, unsigned end, bool shared)
 	m.circuit = circuit;
 	m.end = end;
 	if (!shared) {
-		notify(&m);
+		/* Nothing to wait for: the journal says it without a system call. */
+		struct shunt_journal_entry e = { .type = SHUNT_J_CLOSED, .end = (uint16_t)end,
+						 .circuit = circuit };
+
+		if (shunt_journal_add(&e) < 0)
+			notify(&m);
 		return SHUNT_OK;
 	}
 	m.flags = SHUNT_CLOSE_SHARED;
 	return request_plain(&m, NULL, 0, &a);
+}
+
+bool shunt_ctl_alive(void)
+{
+	bool alive = false;
+
+	pthread_mutex_lock(&ctl_lock);
+	if (ctl_fd >= 0) {
+		/* shuntd never speaks first: anything to read is its end (EOF). */
+		struct pollfd p = { ctl_fd, POLLIN, 0 };
+		struct timespec zero = { 0, 0 };
+
+		/* A filter that forbids the look: as alive as the last exchange said. */
+		alive = shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 8) <= 0;
+		if (!alive)
+			drop_session("session", ECONNRESET);
+	}
+	pthread_mutex_unlock(&ctl_lock);
+	return alive;
+}
+
+int shunt_ctl_barrier(void)
+{
+	struct shunt_msg_close m;
+	struct answer a = { .want = 0 };
+	int r;
+
+	/* A shared close of circuit 0, which nobody holds: -ENOENT, once the journal was read. */
+	shunt_proto_init(&m, SHUNT_MSG_CLOSE, sizeof(m), 0);
+	m.flags = SHUNT_CLOSE_SHARED;
+	r = request_plain(&m, NULL, 0, &a);
+	return r == -ENOENT ? 0 : r;
 }
 
 /* A link reply: SHUNT_OK with three descriptors, or one that says the link is gone. */
@@ -725,7 +800,8 @@ int shunt_ctl_exec_next(struct shunt_grant *g, uint64_t *inode, uint32_t *flags)
 
 	shunt_proto_init(&m, SHUNT_MSG_EXEC_NEXT, sizeof(m), 0);
 	r = request(&m, NULL, 0, &a);
-	g->kernel_half = g->memfd = -1;
+	g->kernel_half = g->memfd = g->doorbell = -1;
+	g->offset = 0;
 	if (r != SHUNT_OK || a.truncated) {
 		shunt_proto_close_fds(a.fds, a.nfds);
 		if (r == SHUNT_OK)
@@ -745,6 +821,7 @@ int shunt_ctl_exec_next(struct shunt_grant *g, uint64_t *inode, uint32_t *flags)
 	g->msg.local = e->local;
 	g->msg.peer = e->peer;
 	g->memfd = a.fds[0];
+	g->offset = e->offset;
 	*inode = e->inode;
 	*flags = e->flags;
 	return SHUNT_OK;

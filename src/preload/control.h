@@ -17,11 +17,18 @@
 
 #include "shunt/proto.h"
 
-/* A circuit granted by shuntd: the reply and the descriptors that came with it. */
+/*
+ * A circuit granted by shuntd: the reply and the descriptors that came with
+ * it. Or, for SHUNT_USE_CHANNEL, a channel to use: @chan, its memfd in
+ * @memfd and, for a connect, the listener's doorbell in @doorbell.
+ */
 struct shunt_grant {
 	struct shunt_msg_circuit msg;
+	struct shunt_msg_chan chan;
 	int kernel_half;		/* -1 unless msg.flags has SHUNT_CIRCUIT_KERNEL_HALF */
 	int memfd;
+	uint64_t offset;		/* of the circuit in @memfd: 0, or a channel slot's */
+	int doorbell;			/* -1 unless a connect's channel */
 };
 
 /* Set up from the environment (SHUNT_SOCKET); called once by init. */
@@ -66,6 +73,7 @@ void shunt_ctl_unlisten(uint64_t listener, bool shutdown);
 
 /*
  * Ask for a circuit from bound socket @fd to @dst. Returns 0 with *@g,
+ * SHUNT_USE_CHANNEL with a channel in *@g (connect through it),
  * SHUNT_USE_KERNEL when no shunt listener matches, another SHUNT_KERNEL_*
  * status (with SHUNT_KERNEL_POLICY, *@why says who and what decided), or
  * -errno.
@@ -74,8 +82,10 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 		      struct shunt_grant *g, struct shunt_msg_connect_kernel *why);
 
 /*
- * Take a queued circuit of listener @listener held as @fd: 0, -EAGAIN (also
- * when shuntd is gone: what it queued went with it) or -errno.
+ * Take a queued circuit of listener @listener held as @fd: 0,
+ * SHUNT_USE_CHANNEL with a channel of the listener this process did not
+ * have (its queue may hold connections), -EAGAIN (also when shuntd is
+ * gone: what it queued went with it) or -errno.
  */
 int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g);
 
@@ -147,6 +157,20 @@ int shunt_ctl_exec_claim(void);
  * shunt_exec_flags; SHUNT_NONE when every one was handed out; or -errno.
  */
 int shunt_ctl_exec_next(struct shunt_grant *g, uint64_t *inode, uint32_t *flags);
+
+/*
+ * Whether the session is open and shuntd still holds its end (one system
+ * call, no exchange). A session found over is dropped, as after a failed
+ * request: what the channels made without asking would reach nobody.
+ */
+bool shunt_ctl_alive(void);
+
+/*
+ * Wait until shuntd has read everything this process journaled (a request
+ * every shuntd answers; it reads the journal before any request). 0 or
+ * -errno.
+ */
+int shunt_ctl_barrier(void);
 
 /* Close every descriptor of a grant that was not used. */
 void shunt_grant_discard(struct shunt_grant *g);

@@ -8,11 +8,13 @@
 
 #include "common/log.h"
 #include "common/sys.h"
+#include "preload/chan.h"
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
+#include "preload/journal.h"
 #include "preload/libc.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
@@ -60,10 +62,14 @@ void shunt_fork_prepare(void)
 	shunt_sock_fork_prepare();
 	shunt_epoll_fork_prepare();
 	shunt_trim_fork_prepare();
+	shunt_chan_fork_prepare();
+	shunt_journal_fork_prepare();
 }
 
 void shunt_fork_parent(void)
 {
+	shunt_journal_fork_parent();
+	shunt_chan_fork_parent();
 	shunt_trim_fork_parent();
 	shunt_epoll_fork_parent();
 	shunt_sock_fork_parent();
@@ -81,6 +87,8 @@ void shunt_fork_child(void)
 		shunt_pid = (uint32_t)pid;
 	shunt_log_set_pid((int)shunt_pid);
 	shunt_trim_fork_child();
+	shunt_journal_fork_child();
+	shunt_chan_fork_child();
 	shunt_epoll_fork_child();
 	shunt_sock_fork_child();
 	shunt_ctl_after_fork();

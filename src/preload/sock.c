@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "preload/chan.h"
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
@@ -77,8 +78,10 @@ void shunt_sock_retire_conn(struct shunt_sock *s, bool abort)
 
 void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown)
 {
-	if (s->listener)
+	if (s->listener) {
 		shunt_ctl_unlisten(s->listener, shutdown);
+		shunt_chan_forget_listener(s->listener);
+	}
 	s->listener = 0;
 }
 

@@ -17,6 +17,7 @@
 #include "common/addr.h"
 #include "common/log.h"
 #include "common/sys.h"
+#include "preload/chan.h"
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
@@ -26,6 +27,7 @@
 #include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
+#include "preload/journal.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/relisten.h"
@@ -400,6 +402,24 @@ static int connect_failed_locked(struct shunt_sock *s, int fd)
 	return err ? -err : -ECONNABORTED;
 }
 
+/*
+ * Connect through the channel kept for @dst, if the library can make the
+ * connection itself here (docs/connect.md): 0 with *@conn, -ENOENT (no
+ * channel: ask shuntd), -EAGAIN (no room: ask shuntd for a circuit of its
+ * own), or -errno from binding the socket. Under s->lock.
+ */
+static int connect_through_channel(struct shunt_sock *s, int fd, const struct shunt_wire_addr *dst,
+				   struct shunt_conn **conn)
+{
+	/* Without a journal shuntd would never learn of it; without the hub nobody could wait on it. */
+	if (!shunt_journal_ready() || shunt_notice_hub() < 0 ||
+	    (shunt_seccomp_active() && !shunt_sandbox_circuits_ok(shunt_seccomp_chain())) ||
+	    !shunt_ctl_alive())
+		return -ENOENT;
+	(void)s;
+	return shunt_chan_connect(fd, dst, conn);
+}
+
 /* What connect() does once the fork lock is released: nothing more, or wait, or the kernel. */
 enum connect_next {
 	CONNECT_DONE,
@@ -417,6 +437,8 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 	struct shunt_wire_addr dst;
 	struct shunt_grant g;
 	struct shunt_conn *conn;
+	bool established = true;
+	uint32_t flags;
 	int st, r, err;
 
 	st = shunt_sock_sync(s);
@@ -457,7 +479,30 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 		*next = CONNECT_LIBC;
 		return 0;
 	}
-	r = shunt_ctl_connect(fd, &dst, nonblock ? SHUNT_CONNECT_NONBLOCK : 0, &g, &why);
+	r = connect_through_channel(s, fd, &dst, &conn);
+	if (r == 0)
+		goto attached;
+	if (r != -ENOENT && r != -EAGAIN) {
+		/* The socket could not be bound as connect() binds it: its error. */
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
+	flags = (nonblock ? SHUNT_CONNECT_NONBLOCK : 0) | (r == -EAGAIN ? SHUNT_CONNECT_NO_CHANNEL : 0);
+	r = shunt_ctl_connect(fd, &dst, flags, &g, &why);
+	if (r == SHUNT_USE_CHANNEL) {
+		/* From now on this process connects there by itself; this time too. */
+		r = shunt_chan_install_client(&g, &dst);
+		if (r == 0)
+			r = connect_through_channel(s, fd, &dst, &conn);
+		if (r == 0)
+			goto attached;
+		if (r != -ENOENT && r != -EAGAIN && r != -EMFILE && r != -ENOMEM && r != -EPROTO) {
+			pthread_mutex_unlock(&s->lock);
+			return r;
+		}
+		r = shunt_ctl_connect(fd, &dst, SHUNT_CONNECT_NO_CHANNEL |
+				      (nonblock ? SHUNT_CONNECT_NONBLOCK : 0), &g, &why);
+	}
 	if (r == -ECONNREFUSED) {
 		/*
 		 * The policy refuses it: as a connection refused by the peer,
@@ -506,11 +551,13 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 		*next = CONNECT_KERNEL;
 		return 0;
 	}
+	established = g.msg.flags & SHUNT_CIRCUIT_ESTABLISHED;
+attached:
 	s->conn = conn;
 	shunt_sock_opts_to_circuit(s);
 	shunt_notice_bind(conn, s);
 	s->connect_report = nonblock ? SHUNT_CONNECT_PENDING : SHUNT_CONNECT_DONE;
-	if (g.msg.flags & SHUNT_CIRCUIT_ESTABLISHED) {
+	if (established) {
 		st = SHUNT_SOCK_CONNECTED;
 		shunt_stats.shm_connect++;
 	} else {
@@ -584,39 +631,21 @@ static int accepted_fd(struct shunt_sock *s, struct shunt_grant *g, int flags)
 	return fd;
 }
 
-/* Hand out a circuit queued on our listener as a new socket. */
-static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
-			  int flags)
+/*
+ * @conn, taken for listener @s held as @fd, as a new accepted socket (its
+ * descriptor); journaled with @je if it came from a channel.
+ */
+static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
+			  struct shunt_grant *g, struct shunt_journal_entry *je,
+			  struct sockaddr *addr, socklen_t *alen, int flags)
 {
 	struct shunt_sock *ns = NULL;
-	struct shunt_conn *conn = NULL;
-	struct shunt_grant g;
-	int nfd, r, err;
+	int nfd, r;
 
-	uint64_t listener = s->listener;
-
-	r = shunt_ctl_accept(fd, listener, &g);
-	if (r == -ENOENT) {
-		/*
-		 * shuntd no longer knows the registration (another thread shut
-		 * the listener down, or shuntd restarted): from now on the
-		 * kernel's accept queue is the only one.
-		 */
-		pthread_mutex_lock(&s->lock);
-		if (s->listener == listener)
-			s->listener = 0;
-		pthread_mutex_unlock(&s->lock);
-		return -EAGAIN;
-	}
-	if (r < 0)
-		return r;
-	conn = shunt_conn_open(&g, &err);
-	if (!conn) {
-		shunt_grant_discard(&g);
-		return -ECONNABORTED;
-	}
 	/* After the circuit's memfd is closed, so the lowest number is free. */
-	nfd = accepted_fd(s, &g, flags);
+	nfd = accepted_fd(s, g, flags);
+	if (je)
+		shunt_chan_journal(je, nfd);
 	ns = nfd >= 0 ? shunt_sock_new(s->domain, flags & SOCK_NONBLOCK) : NULL;
 	if (!ns) {
 		shunt_conn_close(conn, true);
@@ -643,6 +672,76 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		}
 	}
 	return nfd;
+}
+
+/* The oldest connection queued in our channels of listener @s (as @fd), as a new socket. */
+static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
+				struct sockaddr *addr, socklen_t *alen, int flags)
+{
+	struct shunt_grant none = { .kernel_half = -1, .memfd = -1, .doorbell = -1 };
+	struct shunt_journal_entry je;
+	struct shunt_wire_addr laddr;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct shunt_conn *conn;
+	int r;
+
+	if (!shunt_chan_pending(listener))
+		return -EAGAIN;
+	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	    shunt_addr_to_wire((struct sockaddr *)&ss, len, &laddr) < 0)
+		return -EAGAIN;
+	r = shunt_chan_accept(listener, &laddr, s->doorbell, &conn, &je);
+	if (r < 0)
+		return r == -ENOMEM ? -ECONNABORTED : r;
+	return adopt_accepted(s, fd, conn, &none, &je, addr, alen, flags);
+}
+
+/* Hand out a circuit queued on our listener as a new socket. */
+static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
+			  int flags)
+{
+	struct shunt_conn *conn = NULL;
+	struct shunt_grant g;
+	int r, err;
+
+	uint64_t listener = s->listener;
+
+	/* What our channels hold first, then what shuntd queued itself. */
+	r = accept_from_channels(s, fd, listener, addr, alen, flags);
+	if (r != -EAGAIN)
+		return r;
+	r = shunt_ctl_accept(fd, listener, &g);
+	while (r == SHUNT_USE_CHANNEL) {
+		/* A channel we did not have: its queue may hold what the doorbell counted. */
+		if (shunt_chan_install_listener(&g, listener) < 0)
+			return -EAGAIN;
+		r = accept_from_channels(s, fd, listener, addr, alen, flags);
+		if (r != -EAGAIN)
+			return r;
+		r = shunt_ctl_accept(fd, listener, &g);
+	}
+	if (r == -ENOENT) {
+		/*
+		 * shuntd no longer knows the registration (another thread shut
+		 * the listener down, or shuntd restarted): from now on the
+		 * kernel's accept queue is the only one.
+		 */
+		pthread_mutex_lock(&s->lock);
+		if (s->listener == listener)
+			s->listener = 0;
+		pthread_mutex_unlock(&s->lock);
+		shunt_chan_forget_listener(listener);
+		return -EAGAIN;
+	}
+	if (r < 0)
+		return r;
+	conn = shunt_conn_open(&g, &err);
+	if (!conn) {
+		shunt_grant_discard(&g);
+		return -ECONNABORTED;
+	}
+	return adopt_accepted(s, fd, conn, &g, NULL, addr, alen, flags);
 }
 
 static int kernel_accept(int fd, struct sockaddr *addr, socklen_t *alen, int flags)

@@ -92,6 +92,11 @@ static void load_open(void)
 	load_fd = fd >= 0 ? shunt_fd_hide(fd) : -1;
 }
 
+void shunt_spin_prepare(void)
+{
+	shunt_once(&load_once, load_open);
+}
+
 /*
  * Whether the machine has more runnable threads than we have CPUs, as
  * /proc/loadavg's fourth field said at most LOAD_EVERY_NS ago. Our own

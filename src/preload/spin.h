@@ -39,6 +39,12 @@ struct shunt_spin {
 void shunt_spin_init(void);
 
 /*
+ * What spinning needs later, made with the first circuit (a descriptor of
+ * /proc/loadavg): not at start, and not in the middle of some wait.
+ */
+void shunt_spin_prepare(void);
+
+/*
  * Begin the spin of a wait that starts at @now. @peer_cpu is the word where
  * the peer end's holders publish their CPU (shunt_spin_publish), or NULL
  * when the wait is for many peers at once (poll, epoll).

@@ -2,7 +2,8 @@
 /*
  * A hostile peer for tests/control/test_hostile.py. Run under `shunt run`,
  * it connects to (or accepts from) a victim, finds the circuit its own
- * libshunt mapped (/memfd:shunt-circuit in /proc/self/maps) and abuses it:
+ * libshunt mapped (/memfd:shunt-circuit in /proc/self/maps, or its slot of
+ * a /memfd:shunt-channel) and abuses it:
  *
  *   hostile connect PORT MODE VICTIM_PID MS     connect to 127.0.0.1:PORT
  *   hostile listen - MODE VICTIM_PID MS         listen on 127.0.0.1:0 and accept once
@@ -51,6 +52,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 
+#include "shunt/chan.h"
 #include "shunt/circuit.h"
 #include "shunt/link.h"
 #include "t_ink.h"
@@ -58,6 +60,7 @@
 
 struct target {
 	struct shunt_circuit_hdr *hdr;
+	struct shunt_chan_hdr *chan;	/* the channel the circuit is a slot of, or NULL */
 	uint32_t ring_size;
 	unsigned me, victim;		/* end indices */
 	pid_t victim_pid;
@@ -150,16 +153,42 @@ static int find_mappings(const char *name, void **at, size_t *size, int max)
 	return n;
 }
 
+/*
+ * Our connection's circuit in a channel (include/shunt/chan.h): the one
+ * slot in use, our only connection through it; or NULL.
+ */
+static struct shunt_circuit_hdr *channel_slot(void *at, uint32_t *ring_size)
+{
+	struct shunt_chan_hdr *ch = at;
+	_Atomic uint32_t *st;
+	struct shunt_circuit_hdr *found = NULL;
+
+	if (ch->magic != SHUNT_CHAN_MAGIC || ch->version != SHUNT_CHAN_VERSION)
+		return NULL;
+	st = (_Atomic uint32_t *)((char *)ch + shunt_chan_states_offset(ch->slots));
+	for (uint32_t i = 0; i < ch->slots; i++)
+		if (shunt_slot_state(atomic_load(&st[i])) == SHUNT_SLOT_USED)
+			found = (struct shunt_circuit_hdr *)
+				((char *)ch + shunt_chan_slot_offset(ch->slots, ch->ring_size, i));
+	*ring_size = ch->ring_size;
+	return found;
+}
+
 static struct target find_circuit(unsigned me, pid_t victim_pid)
 {
 	struct target t = { .me = me, .victim = me ^ 1, .victim_pid = victim_pid };
 	void *at;
 	size_t size;
 
-	if (find_mappings("shunt-circuit", &at, &size, 1) != 1)
+	if (find_mappings("shunt-circuit", &at, &size, 1) == 1) {
+		t.hdr = at;
+		t.ring_size = (uint32_t)((size - SHUNT_CIRCUIT_HDR_SIZE) / 2);
+	} else if (find_mappings("shunt-channel", &at, &size, 1) == 1) {
+		t.hdr = channel_slot(at, &t.ring_size);
+		t.chan = at;
+	}
+	if (!t.hdr)
 		die("no circuit mapping: the connection is not over shunt");
-	t.hdr = at;
-	t.ring_size = (uint32_t)((size - SHUNT_CIRCUIT_HDR_SIZE) / 2);
 	event("{\"event\": \"mapped\", \"end\": %u, \"ring_size\": %" PRIu32 "}", me, t.ring_size);
 	return t;
 }

@@ -311,12 +311,16 @@ def comm(pid):
         return ""
 
 
+SHARED = ("shunt-circuit", "shunt-channel")  # memfds that hold connections' bytes
+
+
 def circuit_mappings(pid):
-    """(address range, path) of the circuit mappings of @pid."""
+    """(address range, path) of the mappings of @pid that hold connections:
+    circuits, and channels (whose slots are circuits)."""
     out = []
     for line in pathlib.Path(f"/proc/{pid}/maps").read_text().splitlines():
         fields = line.split(maxsplit=5)
-        if len(fields) == 6 and "shunt-circuit" in fields[5]:
+        if len(fields) == 6 and any(name in fields[5] for name in SHARED):
             out.append((fields[0], fields[5]))
     return out
 
@@ -336,12 +340,12 @@ def test_circuits_are_anonymous(pair, shunt_session):
         maps = pathlib.Path(f"/proc/{pid}/maps").read_text()
         assert "/dev/shm" not in maps, f"{comm(pid)} maps a /dev/shm file:\n{maps}"
         mapped[pid] = circuit_mappings(pid)
-        assert all(path == "/memfd:shunt-circuit (deleted)" for _, path in mapped[pid]), \
+        assert all(path in (f"/memfd:{n} (deleted)" for n in SHARED) for _, path in mapped[pid]), \
             (comm(pid), mapped[pid])
         links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
         assert not [t for t in links if "/dev/shm" in t], (comm(pid), links)
         if pid not in daemons:
-            assert not [t for t in links if "shunt-circuit" in t], (comm(pid), links)
+            assert not [t for t in links if any(n in t for n in SHARED)], (comm(pid), links)
     assert mapped[victim.pid] and mapped[hostile.pid], mapped
     assert any(mapped[d] for d in daemons), mapped
     # Only ours: other programs on this machine may use /dev/shm meanwhile.
@@ -416,11 +420,13 @@ def test_no_process_obtains_another_connections_circuit(pair, shunt_cli, shunt_s
     assert {r["req"] for r in replies} == {"HELLO", "ACCEPT", "LINK", "CLOSE", "DOWNGRADE",
                                             "LINK_NEXT", "CLAIM"}, replies
     for r in replies:
-        assert not [f for f in r["fds"] if "shunt-circuit" in f], f"a circuit was handed out: {r}"
+        assert not [f for f in r["fds"] if any(n in f for n in SHARED)], \
+            f"a circuit was handed out: {r}"
         if r["req"] in ("HELLO", "CLAIM"):
-            # Only its own session's daemon link: a memfd and an eventfd.
+            # Only its own session's daemon link and journal: memfds and eventfds.
             assert r["status"] == 0 and sorted(r["fds"]) == \
-                ["/memfd:shunt-link (deleted)", "anon_inode:[eventfd]"], r
+                ["/memfd:shunt-journal (deleted)", "/memfd:shunt-link (deleted)",
+                 "anon_inode:[eventfd]", "anon_inode:[eventfd]"], r
             assert r["req"] == "HELLO" or r["claim"] < 0, f"a ticket was claimed: {r}"
         elif r["req"] == "LINK_NEXT":
             assert r["status"] == 2 and not r["fds"], r  # SHUNT_NONE

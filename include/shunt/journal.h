@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The journal: what a process did without asking shuntd, for shuntd to
+ * learn afterwards (docs/connect.md). One per session: a ring of entries
+ * the library appends (connections it made or took through a channel,
+ * circuit ends it let go of) and shuntd consumes, in batches, when it is
+ * kicked, now and then while entries keep coming, before it answers any
+ * request of that session (so that a request never overtakes what the
+ * journal said before it), and when the process is gone.
+ *
+ * shuntd checks every entry against what it knows: a process can only
+ * journal what concerns its own connections.
+ */
+#ifndef SHUNT_JOURNAL_H
+#define SHUNT_JOURNAL_H
+
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shunt/circuit.h"
+#include "shunt/proto.h"
+
+#define SHUNT_JOURNAL_MAGIC 0x6c6e726au /* "jrnl" little-endian */
+#define SHUNT_JOURNAL_VERSION 1u
+
+enum shunt_journal_geometry {
+	SHUNT_JOURNAL_ENTRIES = 4096,	/* a power of two */
+};
+
+enum shunt_journal_type {
+	SHUNT_J_CONNECTED = 1,		/* queued a connection in a channel slot */
+	SHUNT_J_ACCEPTED = 2,		/* took a queued connection from a channel */
+	SHUNT_J_CLOSED = 3,		/* let go of a circuit end, held by this process alone */
+};
+
+struct shunt_journal_entry {
+	uint16_t type;			/* enum shunt_journal_type */
+	uint16_t end;			/* CLOSED: the end let go of */
+	uint32_t slot;			/* CONNECTED, ACCEPTED: the channel's slot */
+	uint32_t gen;			/* ...and its generation */
+	int32_t fd;			/* CONNECTED, ACCEPTED: the socket's descriptor here */
+	uint64_t channel;		/* CONNECTED, ACCEPTED */
+	uint64_t circuit;		/* CLOSED */
+	uint64_t inode;			/* CONNECTED, ACCEPTED: of that socket */
+	/* CONNECTED: the client's address and where it connected; ACCEPTED: reached, client. */
+	struct shunt_wire_addr addr[2];
+};
+
+enum shunt_journal_kick {
+	SHUNT_JOURNAL_ASLEEP = 0,	/* shuntd looks only when kicked: kick it */
+	SHUNT_JOURNAL_AWAKE = 1,	/* shuntd will look soon anyway */
+};
+
+struct shunt_journal_hdr {
+	/* Written by shuntd before handing it out. */
+	alignas(SHUNT_SHARE_APART) uint32_t magic;
+	uint32_t version;
+	uint32_t entries;		/* SHUNT_JOURNAL_ENTRIES */
+	uint32_t reserved;
+	/* Written by shuntd: enum shunt_journal_kick, and how far it has read. */
+	alignas(SHUNT_SHARE_APART) _Atomic uint32_t kick;
+	alignas(SHUNT_SHARE_APART) _Atomic uint64_t head;
+	/* Written by the library: where the next entry goes (free-running). */
+	alignas(SHUNT_SHARE_APART) _Atomic uint64_t tail;
+	alignas(SHUNT_SHARE_APART) struct shunt_journal_entry entry[SHUNT_JOURNAL_ENTRIES];
+};
+
+_Static_assert(sizeof(struct shunt_journal_entry) == 104, "v1");
+_Static_assert(offsetof(struct shunt_journal_hdr, kick) == SHUNT_SHARE_APART, "v1");
+_Static_assert(offsetof(struct shunt_journal_hdr, entry) == 4 * SHUNT_SHARE_APART, "v1");
+
+static inline size_t shunt_journal_size(void)
+{
+	return (sizeof(struct shunt_journal_hdr) + 4095) & ~(size_t)4095;
+}
+
+#endif

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Sessions' journals (include/shunt/journal.h): what a process did without
+ * asking shuntd, read in batches. A process kicks shuntd only when shuntd
+ * said it sleeps; once kicked, shuntd reads the journal on every tick
+ * (TICK_MS) for as long as entries keep coming, and goes back to sleep
+ * after a tick that found none. Entries are also read before any request
+ * of the session and when its process is gone.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "daemon/shuntd.h"
+
+enum {
+	TICK_MS = 10,
+};
+
+static int64_t tick_at = -1;	/* when awake journals are read next (ms), -1: none awake */
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int shuntd_journal_make(struct shuntd *d, struct session *s)
+{
+	struct journal *j = calloc(1, sizeof(*j));
+	size_t size = shunt_journal_size();
+	int r = -ENOMEM;
+
+	if (!j)
+		return -ENOMEM;
+	j->watch = SHUNTD_WATCH_JOURNAL;
+	j->session = s;
+	j->kick = -1;
+	j->memfd = shuntd_memfd_sealed("shunt-journal", size);
+	if (j->memfd < 0) {
+		r = j->memfd;
+		goto fail;
+	}
+	j->hdr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, j->memfd, 0);
+	if (j->hdr == MAP_FAILED) {
+		r = -errno;
+		j->hdr = NULL;
+		goto fail;
+	}
+	j->hdr->magic = SHUNT_JOURNAL_MAGIC;
+	j->hdr->version = SHUNT_JOURNAL_VERSION;
+	j->hdr->entries = SHUNT_JOURNAL_ENTRIES;
+	atomic_store(&j->hdr->kick, SHUNT_JOURNAL_ASLEEP);
+	j->kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (j->kick < 0) {
+		r = -errno;
+		goto fail;
+	}
+	r = shuntd_loop_watch(d, j->kick, j);
+	if (r < 0)
+		goto fail;
+	shunt_list_init(&j->awake_node);
+	s->journal = j;
+	return 0;
+fail:
+	if (j->kick >= 0)
+		close(j->kick);
+	if (j->hdr)
+		munmap(j->hdr, size);
+	if (j->memfd >= 0)
+		close(j->memfd);
+	free(j);
+	return r;
+}
+
+void shuntd_journal_free(struct shuntd *d, struct session *s)
+{
+	struct journal *j = s->journal;
+
+	if (!j)
+		return;
+	if (j->awake)
+		shunt_list_del(&j->awake_node);
+	shuntd_loop_unwatch(d, j->kick);
+	close(j->kick);
+	munmap(j->hdr, shunt_journal_size());
+	close(j->memfd);
+	free(j);
+	s->journal = NULL;
+}
+
+static void apply(struct shuntd *d, struct session *s, const struct shunt_journal_entry *e)
+{
+	struct shunt_msg_close m;
+
+	switch (e->type) {
+	case SHUNT_J_CONNECTED:
+		shuntd_chan_connected(d, s, e);
+		break;
+	case SHUNT_J_ACCEPTED:
+		shuntd_chan_accepted(d, s, e);
+		break;
+	case SHUNT_J_CLOSED:
+		memset(&m, 0, sizeof(m));
+		m.circuit = e->circuit;
+		m.end = e->end;
+		shuntd_close(d, s, &m);
+		break;
+	default:
+		shunt_info("session %llu (pid %d): journal entry of type %u ignored",
+			   (unsigned long long)s->id, (int)s->pid, e->type);
+	}
+}
+
+void shuntd_journal_read(struct shuntd *d, struct session *s)
+{
+	struct journal *j = s->journal;
+	uint64_t head, tail;
+
+	if (!j)
+		return;
+	head = atomic_load_explicit(&j->hdr->head, memory_order_relaxed);
+	/* J1: pairs with the library's release of tail: entries before it are written. */
+	tail = atomic_load_explicit(&j->hdr->tail, memory_order_acquire);
+	/* A tail the process moved backwards or too far: what lies between is garbage. */
+	if (tail - head > SHUNT_JOURNAL_ENTRIES) {
+		shunt_warn("session %llu (pid %d): journal indices make no sense (%llu, %llu); "
+			   "skipped", (unsigned long long)s->id, (int)s->pid,
+			   (unsigned long long)head, (unsigned long long)tail);
+		atomic_store_explicit(&j->hdr->head, tail, memory_order_release);
+		return;
+	}
+	/* Entries may make requests of their own (a close wakes peers): the journal is ours meanwhile. */
+	while (head != tail && s->journal == j) {
+		struct shunt_journal_entry e;
+
+		/* A copy: the process may write the slot again as soon as head moves. */
+		memcpy(&e, &j->hdr->entry[head % SHUNT_JOURNAL_ENTRIES], sizeof(e));
+		head++;
+		/* J2: pairs with the library's acquire of head before it reuses a slot. */
+		atomic_store_explicit(&j->hdr->head, head, memory_order_release);
+		apply(d, s, &e);
+	}
+}
+
+void shuntd_journal_read_all(struct shuntd *d)
+{
+	struct session *s;
+	uint64_t key;
+	size_t it = 0;
+
+	/* Reading a journal never ends a session: the map stays as it is meanwhile. */
+	while ((s = shunt_map_next(&d->sessions, &it, &key)))
+		shuntd_journal_read(d, s);
+}
+
+static void wake_up(struct journal *j, struct shuntd *d)
+{
+	if (j->awake)
+		return;
+	j->awake = true;
+	j->read_at_tick = atomic_load(&j->hdr->head);
+	shunt_list_add_tail(&d->journals_awake, &j->awake_node);
+	if (tick_at < 0)
+		tick_at = now_ms() + TICK_MS;
+}
+
+void shuntd_journal_kicked(struct shuntd *d, struct journal *j)
+{
+	eventfd_t v;
+
+	eventfd_read(j->kick, &v);
+	/* The process set AWAKE before it kicked; we stay so until a quiet tick. */
+	atomic_store(&j->hdr->kick, SHUNT_JOURNAL_AWAKE);
+	shuntd_journal_read(d, j->session);
+	wake_up(j, d);
+}
+
+int shuntd_journal_next_tick(struct shuntd *d)
+{
+	int64_t left;
+
+	if (shunt_list_empty(&d->journals_awake))
+		return -1;
+	left = tick_at - now_ms();
+	return left < 0 ? 0 : (int)left;
+}
+
+void shuntd_journal_tick(struct shuntd *d)
+{
+	struct shunt_list *pos, *tmp;
+
+	if (shunt_list_empty(&d->journals_awake) || now_ms() < tick_at)
+		return;
+	shunt_list_for_each_safe(pos, tmp, &d->journals_awake) {
+		struct journal *j = shunt_container_of(pos, struct journal, awake_node);
+		struct session *s = j->session;
+		bool quiet;
+
+		shuntd_journal_read(d, s);
+		if (s->journal != j)
+			continue;	/* freed meanwhile (its session closed) */
+		quiet = atomic_load(&j->hdr->head) == j->read_at_tick;
+		j->read_at_tick = atomic_load(&j->hdr->head);
+		if (!quiet)
+			continue;
+		/*
+		 * Nothing came in a whole tick: sleep, and be kicked for the
+		 * next entry. K1: the seq_cst store pairs with the library's
+		 * seq_cst load of kick after it publishes an entry; either it
+		 * sees ASLEEP and kicks, or we see its entry here.
+		 */
+		atomic_store_explicit(&j->hdr->kick, SHUNT_JOURNAL_ASLEEP, memory_order_seq_cst);
+		if (atomic_load_explicit(&j->hdr->tail, memory_order_seq_cst) !=
+		    atomic_load(&j->hdr->head)) {
+			atomic_store(&j->hdr->kick, SHUNT_JOURNAL_AWAKE);
+			shuntd_journal_read(d, s);
+			continue;
+		}
+		j->awake = false;
+		shunt_list_del(&j->awake_node);
+	}
+	tick_at = shunt_list_empty(&d->journals_awake) ? -1 : now_ms() + TICK_MS;
+}

@@ -1,0 +1,583 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Channels in this process: connecting through them as a client, taking
+ * connections from them as an acceptor (docs/connect.md). Nothing read from
+ * a channel is trusted: its other users can write all of it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <netinet/in.h>
+
+#include "common/addr.h"
+#include "common/circuit.h"
+#include "common/lock.h"
+#include "common/log.h"
+#include "common/sys.h"
+#include "preload/chan.h"
+#include "preload/conn.h"
+#include "preload/journal.h"
+#include "preload/libc.h"
+#include "preload/util.h"
+#include "shunt/chan.h"
+
+struct shunt_chan {
+	struct shunt_chan_hdr *hdr;	/* all of it, mapped */
+	size_t size;
+	uint32_t slots;
+	uint32_t ring_size;
+	uint64_t id;
+	uint64_t id_base;
+	uint64_t listener;
+	_Atomic int refs;		/* the list's, and one per connection in a slot */
+	/* A client's only. */
+	int doorbell;			/* the listener's (hidden), counted up per queued connection */
+	struct shunt_wire_addr dst;	/* what connect() names to use it */
+	struct shunt_wire_addr src;	/* the source address, when the socket is not bound */
+	uint32_t cursor;		/* under tx_lock: where to look for a free slot first */
+	struct shunt_chan *next;	/* under list_lock */
+};
+
+/* The channels kept: as a client by address, as an acceptor by listener. */
+static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shunt_chan *clients;	/* under list_lock */
+static struct shunt_chan *acceptors;	/* under list_lock */
+/*
+ * Slot claims and the queues' tails. One for the process, not one per
+ * mapping: two mappings of one channel (two threads that both asked shuntd
+ * before either installed its answer, or two addresses of one listener)
+ * must never write at one tail together, or one connection overwrites
+ * another's entry and is never accepted.
+ */
+static pthread_mutex_t tx_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static _Atomic uint32_t *slot_states(struct shunt_chan *ch)
+{
+	return (_Atomic uint32_t *)((char *)ch->hdr + shunt_chan_states_offset(ch->slots));
+}
+
+static struct shunt_circuit_hdr *slot_hdr(struct shunt_chan *ch, uint32_t i)
+{
+	return (struct shunt_circuit_hdr *)((char *)ch->hdr +
+					    shunt_chan_slot_offset(ch->slots, ch->ring_size, i));
+}
+
+static struct shunt_chan_entry *queue(struct shunt_chan *ch)
+{
+	return (struct shunt_chan_entry *)((char *)ch->hdr + shunt_chan_queue_offset());
+}
+
+uint32_t shunt_chan_ring_size(const struct shunt_chan *ch)
+{
+	return ch->ring_size;
+}
+
+void shunt_chan_put(struct shunt_chan *ch)
+{
+	if (atomic_fetch_sub_explicit(&ch->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	shunt_syscall(SYS_munmap, ch->hdr, ch->size);
+	if (ch->doorbell >= 0)
+		shunt_close_hidden(ch->doorbell);
+	free(ch);
+}
+
+/*
+ * Map the channel of @g (its memfd closed here) after checking that it is
+ * one, and what the reply says it is. NULL with -errno in *@err.
+ */
+static struct shunt_chan *chan_map(struct shunt_grant *g, int *err)
+{
+	const struct shunt_msg_chan *m = &g->chan;
+	struct shunt_chan *ch = NULL;
+	struct shunt_chan_hdr *hdr = MAP_FAILED;
+	size_t size = 0;
+	struct stat st;
+	int seals;
+
+	*err = -EPROTO;
+	if (m->slots < SHUNT_CHAN_SLOTS_MIN || m->slots > SHUNT_CHAN_SLOTS_MAX ||
+	    !shunt_circuit_ring_size_ok(m->ring_size))
+		goto out;
+	size = shunt_chan_size(m->slots, m->ring_size);
+	/* Raw calls, so that the seccomp gate judges them. */
+	seals = (int)shunt_syscall(SYS_fcntl, g->memfd, F_GET_SEALS);
+	if (shunt_syscall(SYS_fstat, g->memfd, &st) < 0 || (size_t)st.st_size != size ||
+	    seals < 0 || !(seals & F_SEAL_SHRINK))
+		goto out;
+	hdr = (void *)shunt_syscall(SYS_mmap, NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
+				    g->memfd, 0L);
+	if (hdr == MAP_FAILED) {
+		*err = -errno;
+		goto out;
+	}
+	if (hdr->magic != SHUNT_CHAN_MAGIC || hdr->version != SHUNT_CHAN_VERSION ||
+	    hdr->slots != m->slots || hdr->ring_size != m->ring_size || hdr->channel != m->channel ||
+	    hdr->id_base != shunt_chan_id_base(m->channel))
+		goto out;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		*err = -ENOMEM;
+		goto out;
+	}
+	ch->hdr = hdr;
+	ch->size = size;
+	ch->slots = m->slots;
+	ch->ring_size = m->ring_size;
+	ch->id = m->channel;
+	ch->id_base = hdr->id_base;
+	ch->listener = hdr->listener;
+	ch->doorbell = -1;
+	atomic_init(&ch->refs, 1);
+	*err = 0;
+out:
+	if (!ch && hdr != MAP_FAILED)
+		shunt_syscall(SYS_munmap, hdr, size);
+	shunt_close_internal(g->memfd);
+	g->memfd = -1;
+	return ch;
+}
+
+static bool same_dst(const struct shunt_wire_addr *a, const struct shunt_wire_addr *b)
+{
+	return a->family == b->family && a->port == b->port && shunt_addr_same_ip(a, b);
+}
+
+int shunt_chan_install_client(struct shunt_grant *g, const struct shunt_wire_addr *dst)
+{
+	struct shunt_chan *ch, **p, *old = NULL;
+	int err;
+
+	ch = chan_map(g, &err);
+	if (!ch) {
+		shunt_grant_discard(g);
+		return err;
+	}
+	ch->doorbell = g->doorbell >= 0 ? shunt_fd_hide(g->doorbell) : -1;
+	g->doorbell = -1;
+	if (ch->doorbell < 0) {
+		shunt_chan_put(ch);
+		return -EMFILE;
+	}
+	ch->dst = *dst;
+	ch->src = g->chan.src;
+	ch->src.port = 0;
+	pthread_mutex_lock(&list_lock);
+	/* One channel per address: a new one replaces one shuntd closed. */
+	for (p = &clients; *p; p = &(*p)->next)
+		if (same_dst(&(*p)->dst, dst)) {
+			old = *p;
+			*p = old->next;
+			break;
+		}
+	ch->next = clients;
+	clients = ch;
+	pthread_mutex_unlock(&list_lock);
+	if (old)
+		shunt_chan_put(old);
+	return 0;
+}
+
+/* The channel kept for @dst, with a reference, or NULL. */
+static struct shunt_chan *find_client(const struct shunt_wire_addr *dst)
+{
+	struct shunt_chan *ch;
+
+	pthread_mutex_lock(&list_lock);
+	for (ch = clients; ch; ch = ch->next)
+		if (same_dst(&ch->dst, dst)) {
+			atomic_fetch_add_explicit(&ch->refs, 1, memory_order_relaxed);
+			break;
+		}
+	pthread_mutex_unlock(&list_lock);
+	return ch;
+}
+
+/* shuntd closed @ch: no more connections through it (the next connect asks shuntd). */
+static void drop_client(struct shunt_chan *ch)
+{
+	struct shunt_chan **p;
+	bool found = false;
+
+	pthread_mutex_lock(&list_lock);
+	for (p = &clients; *p; p = &(*p)->next)
+		if (*p == ch) {
+			*p = ch->next;
+			found = true;
+			break;
+		}
+	pthread_mutex_unlock(&list_lock);
+	if (found)
+		shunt_chan_put(ch);
+}
+
+/*
+ * The socket's address, bound to the channel's source address first if it
+ * is not bound yet, as connect() binds it. 0 or -errno.
+ */
+static int bind_as_connect(int fd, struct shunt_chan *ch, struct shunt_wire_addr *local)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct shunt_wire_addr src;
+
+	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	    shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0)
+		return -errno ? -errno : -EINVAL;
+	/* An IPv6-only socket cannot reach an IPv4 address: the kernel says how not. */
+	if (local->family == AF_INET6 && shunt_addr_is_v4mapped(&ch->dst)) {
+		int v6only = 0;
+
+		len = sizeof(v6only);
+		if (shunt_libc.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &len) < 0 || v6only)
+			return -ENETUNREACH;
+	}
+	if (local->port)
+		return 0;
+	/* Bound to an address without a port: that address is the source. */
+	src = shunt_addr_is_any(local) ? ch->src : *local;
+	src.port = 0;
+	if (local->family == AF_INET6)
+		shunt_addr_map_v6(&src);
+	len = shunt_addr_from_wire(&src, &ss);
+	if (shunt_libc.bind(fd, (struct sockaddr *)&ss, len) < 0)
+		/* No port left: what connect() says then. */
+		return errno == EADDRINUSE ? -EADDRNOTAVAIL : -errno;
+	len = sizeof(ss);
+	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	    shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0)
+		return -errno ? -errno : -EINVAL;
+	return 0;
+}
+
+/* A free slot, taken (its generation moved on), or -1. Under tx_lock. */
+static int claim_slot(struct shunt_chan *ch, uint32_t *gen)
+{
+	_Atomic uint32_t *st = slot_states(ch);
+
+	for (uint32_t n = 0; n < ch->slots; n++) {
+		uint32_t i = (ch->cursor + n) % ch->slots;
+		uint32_t w = atomic_load_explicit(&st[i], memory_order_relaxed);
+
+		if (shunt_slot_state(w) != SHUNT_SLOT_FREE)
+			continue;
+		*gen = (shunt_slot_gen(w) + 1) & 0xffffff;
+		/* S1: pairs with shuntd's release when it gave the slot back, emptied. */
+		if (atomic_compare_exchange_strong_explicit(&st[i], &w,
+							     shunt_slot_word(*gen, SHUNT_SLOT_USED),
+							     memory_order_acquire, memory_order_relaxed)) {
+			ch->cursor = i + 1;
+			return (int)i;
+		}
+	}
+	return -1;
+}
+
+/* A circuit's control page as a new connection starts it: established, both ends fresh. */
+static void slot_start(struct shunt_chan *ch, struct shunt_circuit_hdr *hdr)
+{
+	memset(hdr->end, 0, sizeof(hdr->end));
+	memset(hdr->ring, 0, sizeof(hdr->ring));
+	hdr->magic = SHUNT_CIRCUIT_MAGIC;
+	hdr->version = SHUNT_CIRCUIT_VERSION;
+	hdr->ring_size = ch->ring_size;
+	atomic_store_explicit(&hdr->end[SHUNT_END_CONNECTOR].holders, 1, memory_order_relaxed);
+	atomic_store_explicit(&hdr->setup, SHUNT_SETUP_ESTABLISHED, memory_order_relaxed);
+}
+
+int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_conn **out)
+{
+	struct shunt_journal_entry je = { .type = SHUNT_J_CONNECTED, .fd = fd };
+	struct shunt_wire_addr local, ends[2], peers[2];
+	struct shunt_chan *ch = find_client(dst);
+	struct shunt_chan_entry *q;
+	uint64_t head, tail;
+	uint32_t gen, room;
+	int slot, r;
+
+	if (!ch)
+		return -ENOENT;
+	/* A: pairs with shuntd's release of the state it closes the channel with. */
+	if (atomic_load_explicit(&ch->hdr->state, memory_order_acquire) != SHUNT_CHAN_OPEN) {
+		drop_client(ch);
+		shunt_chan_put(ch);
+		return -ENOENT;
+	}
+	/* A socket connect() would bind otherwise (or fail on): shuntd and the kernel decide. */
+	r = bind_as_connect(fd, ch, &local);
+	if (r < 0) {
+		shunt_chan_put(ch);
+		return -ENOENT;
+	}
+	pthread_mutex_lock(&tx_lock);
+	tail = atomic_load_explicit(&ch->hdr->tail, memory_order_relaxed);
+	/* Q1: pairs with the acceptor's release of head: the entry there was read. */
+	head = atomic_load_explicit(&ch->hdr->head, memory_order_acquire);
+	room = atomic_load_explicit(&ch->hdr->max_queued, memory_order_relaxed);
+	if (room > ch->slots)
+		room = ch->slots;
+	/* A full accept queue (or indices someone spoilt): shuntd queues it (a SYN waits). */
+	if (tail - head >= room || (slot = claim_slot(ch, &gen)) < 0) {
+		pthread_mutex_unlock(&tx_lock);
+		shunt_chan_put(ch);
+		return -EAGAIN;
+	}
+	slot_start(ch, slot_hdr(ch, (uint32_t)slot));
+	q = &queue(ch)[tail % ch->slots];
+	q->slot = (uint32_t)slot;
+	q->gen = gen;
+	q->queued_ns = shunt_now_ns();
+	q->client = local;
+	q->dst = *dst;
+	/*
+	 * Counted on the doorbell before it can be taken, so that the count
+	 * never falls short of what is there: an acceptor woken by it finds
+	 * the entry, or finds it a moment later.
+	 */
+	shunt_eventfd_signal(ch->doorbell);
+	/* Q2: pairs with the acceptor's acquire of tail: the entry and the slot are written. */
+	atomic_store_explicit(&ch->hdr->tail, tail + 1, memory_order_release);
+	pthread_mutex_unlock(&tx_lock);
+
+	je.channel = ch->id;
+	je.slot = (uint32_t)slot;
+	je.gen = gen;
+	shunt_addr_ends(&local, dst, dst, ends, peers);
+	je.addr[0] = local;
+	je.addr[1] = peers[0];
+	shunt_chan_journal(&je, fd);
+	*out = shunt_conn_attach(ch, slot_hdr(ch, (uint32_t)slot), SHUNT_END_CONNECTOR,
+				 ch->id_base + (uint32_t)slot, &ends[0], &peers[0]);
+	/* No memory left to follow it: a connection that ends at once, as after a crash. */
+	if (!*out)
+		return -ENOMEM;
+	return 0;
+}
+
+int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
+{
+	struct shunt_chan *ch, *c;
+	int err;
+
+	ch = chan_map(g, &err);
+	if (g->doorbell >= 0)
+		shunt_close_internal(g->doorbell);
+	g->doorbell = -1;
+	if (!ch)
+		return err;
+	if (ch->listener != listener) {
+		shunt_chan_put(ch);
+		return -EPROTO;
+	}
+	pthread_mutex_lock(&list_lock);
+	for (c = acceptors; c && c->id != ch->id; c = c->next)
+		;
+	if (!c) {
+		ch->next = acceptors;
+		acceptors = ch;
+		ch = NULL;
+	}
+	pthread_mutex_unlock(&list_lock);
+	if (ch)
+		shunt_chan_put(ch);	/* had it already */
+	return 0;
+}
+
+/* How many are queued in @ch, from indices its users write (0 if they make no sense). */
+static uint32_t queued(struct shunt_chan *ch, uint64_t *head_out)
+{
+	/* Q2 (acquire): the entries before tail are written. */
+	uint64_t tail = atomic_load_explicit(&ch->hdr->tail, memory_order_acquire);
+	uint64_t head = atomic_load_explicit(&ch->hdr->head, memory_order_acquire);
+
+	*head_out = head;
+	return tail - head <= ch->slots ? (uint32_t)(tail - head) : 0;
+}
+
+bool shunt_chan_pending(uint64_t listener)
+{
+	struct shunt_chan *ch;
+	uint64_t head;
+	bool any = false;
+
+	pthread_mutex_lock(&list_lock);
+	for (ch = acceptors; ch && !any; ch = ch->next)
+		any = ch->listener == listener && queued(ch, &head);
+	pthread_mutex_unlock(&list_lock);
+	return any;
+}
+
+/* The channel of @listener whose oldest queued connection is the oldest, with a reference. */
+static struct shunt_chan *oldest(uint64_t listener)
+{
+	struct shunt_chan *ch, *best = NULL;
+	int64_t best_ns = 0;
+	uint64_t head;
+
+	pthread_mutex_lock(&list_lock);
+	for (ch = acceptors; ch; ch = ch->next) {
+		int64_t ns;
+
+		if (ch->listener != listener || !queued(ch, &head))
+			continue;
+		ns = queue(ch)[head % ch->slots].queued_ns;
+		if (!best || ns < best_ns) {
+			best = ch;
+			best_ns = ns;
+		}
+	}
+	if (best)
+		atomic_fetch_add_explicit(&best->refs, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&list_lock);
+	return best;
+}
+
+/* Take the entry at @ch's head, under its acceptors' lock. 0, or -EAGAIN if none. */
+static int take(struct shunt_chan *ch, struct shunt_chan_entry *en)
+{
+	uint64_t head, tail;
+	bool other;
+	int r = -EAGAIN;
+
+	if (shunt_lock(&ch->hdr->lock, shunt_pid, 0, &other) < 0)
+		return -EAGAIN;
+	head = atomic_load_explicit(&ch->hdr->head, memory_order_relaxed);
+	tail = atomic_load_explicit(&ch->hdr->tail, memory_order_acquire);
+	if (tail - head > ch->slots) {
+		/* Indices a client spoilt: what lies between is not to be trusted. */
+		atomic_store_explicit(&ch->hdr->head, tail, memory_order_release);
+	} else if (tail != head) {
+		memcpy(en, &queue(ch)[head % ch->slots], sizeof(*en));
+		/* Q1: pairs with the client's acquire of head before it writes this entry again. */
+		atomic_store_explicit(&ch->hdr->head, head + 1, memory_order_release);
+		r = 0;
+	}
+	shunt_unlock(&ch->hdr->lock, shunt_pid);
+	return r;
+}
+
+void shunt_chan_journal(struct shunt_journal_entry *je, int fd)
+{
+	struct stat st;
+
+	je->fd = fd;
+	/* The inode proves it is still that socket when shuntd fetches it (companions). */
+	je->inode = fd >= 0 && shunt_syscall(SYS_fstat, fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+	/* shuntd has not read the last few thousand: a request makes it read them first. */
+	if (shunt_journal_add(je) == -ENOSPC) {
+		shunt_ctl_barrier();
+		shunt_journal_add(je);
+	}
+}
+
+int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
+		      struct shunt_conn **out, struct shunt_journal_entry *je)
+{
+	struct shunt_wire_addr ends[2], peers[2];
+	struct shunt_chan_entry en;
+	struct shunt_chan *ch;
+	uint64_t one;
+
+	while ((ch = oldest(listener))) {
+		uint32_t w;
+
+		if (take(ch, &en) < 0) {
+			shunt_chan_put(ch);
+			continue;
+		}
+		/* Each queued entry was counted once, before it was queued. */
+		(void)!shunt_syscall(SYS_read, doorbell, &one, sizeof(one));
+		w = en.slot < ch->slots ? atomic_load(&slot_states(ch)[en.slot]) : 0;
+		if (en.slot >= ch->slots || shunt_slot_state(w) != SHUNT_SLOT_USED ||
+		    shunt_slot_gen(w) != en.gen || shunt_addr_check(&en.client) < 0 ||
+		    shunt_addr_check(&en.dst) < 0) {
+			shunt_chan_put(ch);
+			continue;
+		}
+		shunt_addr_ends(&en.client, &en.dst, laddr, ends, peers);
+		atomic_store(&slot_hdr(ch, en.slot)->end[SHUNT_END_ACCEPTOR].holders, 1);
+		memset(je, 0, sizeof(*je));
+		je->type = SHUNT_J_ACCEPTED;
+		je->channel = ch->id;
+		je->slot = en.slot;
+		je->gen = en.gen;
+		je->addr[0] = ends[1];
+		je->addr[1] = peers[1];
+		*out = shunt_conn_attach(ch, slot_hdr(ch, en.slot), SHUNT_END_ACCEPTOR,
+					 ch->id_base + en.slot, &ends[1], &peers[1]);
+		return *out ? 0 : -ENOMEM;
+	}
+	return -EAGAIN;
+}
+
+void shunt_chan_forget_listener(uint64_t listener)
+{
+	struct shunt_chan **p = &acceptors, *gone = NULL, *ch;
+
+	pthread_mutex_lock(&list_lock);
+	while (*p) {
+		ch = *p;
+		if (ch->listener == listener) {
+			*p = ch->next;
+			ch->next = gone;
+			gone = ch;
+		} else {
+			p = &ch->next;
+		}
+	}
+	pthread_mutex_unlock(&list_lock);
+	while ((ch = gone)) {
+		gone = ch->next;
+		shunt_chan_put(ch);
+	}
+}
+
+void shunt_chan_drop_all(void)
+{
+	struct shunt_chan *gone, *ch;
+
+	pthread_mutex_lock(&list_lock);
+	gone = clients;
+	clients = NULL;
+	for (ch = gone; ch && ch->next; ch = ch->next)
+		;
+	if (ch)
+		ch->next = acceptors;
+	else
+		gone = acceptors;
+	acceptors = NULL;
+	pthread_mutex_unlock(&list_lock);
+	/* Connections in their slots keep them mapped as long as they live. */
+	while ((ch = gone)) {
+		gone = ch->next;
+		shunt_chan_put(ch);
+	}
+}
+
+void shunt_chan_fork_prepare(void)
+{
+	pthread_mutex_lock(&list_lock);
+}
+
+void shunt_chan_fork_parent(void)
+{
+	pthread_mutex_unlock(&list_lock);
+}
+
+void shunt_chan_fork_child(void)
+{
+	struct shunt_chan *ch;
+
+	pthread_mutex_init(&list_lock, NULL);
+	pthread_mutex_init(&tx_lock, NULL);
+	/* The connections in them stay (with their references); only the parent connects through them. */
+	while ((ch = clients)) {
+		clients = ch->next;
+		shunt_chan_put(ch);
+	}
+}

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Channels in this process (include/shunt/chan.h, docs/connect.md): as a
+ * client, the ones shuntd granted for reaching a listener, found by the
+ * address connected to, through which connect() makes a connection without
+ * asking shuntd; as an acceptor, the ones of the listeners it holds, from
+ * which accept() takes connections.
+ */
+#ifndef SHUNT_PRELOAD_CHAN_H
+#define SHUNT_PRELOAD_CHAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "preload/control.h"
+#include "shunt/journal.h"
+
+struct shunt_chan;
+struct shunt_conn;
+
+/*
+ * Keep the channel of CONNECT reply @g (its descriptors taken over) for
+ * connecting to @dst from now on. 0 or -errno.
+ */
+int shunt_chan_install_client(struct shunt_grant *g, const struct shunt_wire_addr *dst);
+
+/*
+ * Connect socket @fd (not connected; bound or not) to @dst through the
+ * channel kept for it, as connect() would: the socket is bound to the
+ * source address first if it is not. Returns 0 with the new connection in
+ * *@out (established, queued for accept), -ENOENT when no channel is kept
+ * for @dst, -EAGAIN when the channel has no room now (ask shuntd for a
+ * circuit of its own), or -errno from binding the socket.
+ */
+int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_conn **out);
+
+/* Keep the channel of ACCEPT reply @g (its memfd taken over), of listener @listener. 0 or -errno. */
+int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener);
+
+/*
+ * Take the oldest connection queued in this process's channels of listener
+ * @listener, whose socket is bound to @laddr, and count it off @doorbell.
+ * Returns 0 with the connection (the acceptor's end) in *@out and its
+ * journal entry in *@je (to append with shunt_chan_journal once the
+ * accepted socket exists), or -EAGAIN.
+ */
+int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
+		      struct shunt_conn **out, struct shunt_journal_entry *je);
+
+/* Journal @je for socket @fd (-1: none): shuntd learns of the connection so. */
+void shunt_chan_journal(struct shunt_journal_entry *je, int fd);
+
+/* Whether any of this process's channels of @listener has a connection queued (a hint). */
+bool shunt_chan_pending(uint64_t listener);
+
+/* This process no longer holds @listener: its channels go (their connections stay). */
+void shunt_chan_forget_listener(uint64_t listener);
+
+/* The session they were granted in is over (shuntd died): every channel goes. */
+void shunt_chan_drop_all(void);
+
+uint32_t shunt_chan_ring_size(const struct shunt_chan *ch);
+void shunt_chan_put(struct shunt_chan *ch);
+
+/* Around fork; in the child, the channels it inherited as a client are its parent's session's. */
+void shunt_chan_fork_prepare(void);
+void shunt_chan_fork_parent(void);
+void shunt_chan_fork_child(void);
+
+#endif

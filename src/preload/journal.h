@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * This process's journal (include/shunt/journal.h): what it tells shuntd
+ * without asking (connections made and taken through channels, circuit
+ * ends let go of), one journal per session. Appending makes no system call
+ * unless shuntd sleeps; then one eventfd write kicks it.
+ */
+#ifndef SHUNT_PRELOAD_JOURNAL_H
+#define SHUNT_PRELOAD_JOURNAL_H
+
+#include <stdbool.h>
+
+#include "shunt/journal.h"
+
+/*
+ * Take over the journal of a new session: its memfd and kick eventfd from
+ * the HELLO reply (both closed here, whatever happens). 0 or -errno; without
+ * a journal the process asks shuntd for everything, as before.
+ */
+int shunt_journal_install(int memfd, int kick);
+
+/* The session is over (shuntd gone, or a fork child's inherited one): no journal. */
+void shunt_journal_drop(void);
+
+/* Whether there is a journal now. */
+bool shunt_journal_ready(void);
+
+/*
+ * Append @e. 0, -ENOTCONN without a journal, -ENOSPC when shuntd has not
+ * read the last SHUNT_JOURNAL_ENTRIES yet (the caller asks it instead,
+ * which reads the journal first).
+ */
+int shunt_journal_add(const struct shunt_journal_entry *e);
+
+/* Around fork: no thread is half-way through an append. */
+void shunt_journal_fork_prepare(void);
+void shunt_journal_fork_parent(void);
+void shunt_journal_fork_child(void);
+
+#endif
