@@ -11,10 +11,11 @@
  *       N times: socket, connect, write 1, read 1, close; each phase timed.
  *   conn burst --port P --count N
  *       N connects at once (each echoes once), then every close.
- *   conn hold --port P --count N --bytes B [--ready-file F]
+ *   conn hold --port P --count N --bytes B [--ready-file F] [--gate 1]
  *       N connections, each carries B bytes once each way, then stays open
  *       and idle until stdin closes (memory at rest; the server must be
- *       `conn sink`).
+ *       `conn sink`). With --gate 1 it first waits for a byte on stdin, so
+ *       that a driver can measure it before it connects (bench/memory.py).
  *   conn sink --port P [--ready-file F]
  *       a poll() server for hold: echoes whatever comes, keeps connections.
  *
@@ -44,6 +45,7 @@ struct conn_args {
 	uint64_t bytes;
 	int workers;
 	const char *ready_file;
+	bool gate;
 };
 
 static struct sockaddr_in server_addr(uint16_t port)
@@ -242,6 +244,8 @@ static int run_hold(const struct conn_args *a)
 
 	shunt_bench_raise_nofile();
 	memset(buf, 'x', a->bytes);
+	if (a->gate && read(0, buf, 1) != 1)
+		shunt_bench_die(errno, "the gate on stdin closed before it opened");
 	for (uint64_t i = 0; i < a->count; i++) {
 		fds[i] = connect_to(a->port);
 		io_all(fds[i], buf, a->bytes, true);
@@ -309,7 +313,7 @@ static int run_sink(const struct conn_args *a)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: conn server|loop|burst|hold|sink --port P [--count N] [--bytes B]\n"
-		   "            [--workers N] [--ready-file F]\n");
+		   "            [--workers N] [--ready-file F] [--gate 1]\n");
 }
 
 int main(int argc, char **argv)
@@ -334,6 +338,8 @@ int main(int argc, char **argv)
 			a.workers = atoi(v);
 		else if (!strcmp(o, "--ready-file"))
 			a.ready_file = v;
+		else if (!strcmp(o, "--gate"))
+			a.gate = atoi(v) != 0;
 		else
 			shunt_bench_die(0, "unknown option %s", o);
 	}

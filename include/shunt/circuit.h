@@ -121,6 +121,14 @@ struct shunt_circuit_end {
 	 */
 	_Atomic uint32_t cpu;
 	/*
+	 * Holders: non-zero when they went quiet with bytes of theirs still
+	 * unread; the peer then gives back the ring pages it reads them out
+	 * of (conn.c, the idle trimmer). Cleared when they send again. A
+	 * hint like the rest: a lie costs the peer system calls and page
+	 * faults on the liar's own connection, nothing else.
+	 */
+	_Atomic uint32_t idle;
+	/*
 	 * Where notices for this end go: per holder process that watches it in
 	 * poll or epoll, (session id << 16 | slot); 0 is a free entry.
 	 */
@@ -168,6 +176,7 @@ _Static_assert(offsetof(struct shunt_circuit_end, cork_deadline) + 8 <= SHUNT_SH
 _Static_assert(offsetof(struct shunt_circuit_end, nap) == 44, "layout v3: nap in what was padding");
 _Static_assert(offsetof(struct shunt_circuit_end, rcvtimeo_us) == 48, "layout v3");
 _Static_assert(offsetof(struct shunt_circuit_end, cpu) == 88, "layout v3: cpu in what was padding");
+_Static_assert(offsetof(struct shunt_circuit_end, idle) == 92, "layout v3: idle in what was padding");
 _Static_assert(offsetof(struct shunt_circuit_end, route) == SHUNT_SHARE_APART, "routes apart");
 _Static_assert(offsetof(struct shunt_circuit_end, pid_overflow) + 4 <= 2 * SHUNT_SHARE_APART,
 	       "pids with the routes");

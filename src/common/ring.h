@@ -240,6 +240,20 @@ static inline void shunt_ring_publish_held(struct shunt_ring *ring, size_t keep)
 	atomic_store_explicit(&ring->ctl->tail, ring->pos - keep, memory_order_release);
 }
 
+/*
+ * Give back the memory of the pages lying wholly inside ring positions
+ * [@from, @to): they leave the memfd (MADV_REMOVE punches a hole in a
+ * shared memory file, in every mapping of it at once) and read as zeros
+ * until someone writes them again, which costs a page fault then. The
+ * caller makes sure nobody can read or write those bytes meanwhile: a
+ * producer holding its lock outside [head, write position), a consumer
+ * inside what it consumed before it publishes the head. A range longer
+ * than the ring is the whole ring. Returns the bytes given back (0: no
+ * whole page in the range), or -errno (a seccomp filter may forbid the
+ * call, the mapping may be locked): then the pages just stay.
+ */
+long shunt_ring_give_back(struct shunt_ring *ring, uint64_t from, uint64_t to);
+
 /* Consumer: return @len bytes of credit (release, pairs with shunt_ring_space). */
 static inline void shunt_ring_consume(struct shunt_ring *ring, size_t len)
 {

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/circuit.h"
 #include "common/lock.h"
@@ -26,6 +27,7 @@
 #include "preload/plink.h"
 #include "preload/spin.h"
 #include "preload/stats.h"
+#include "preload/trim.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
@@ -259,6 +261,7 @@ static struct shunt_conn *conn_new(struct shunt_circuit_hdr *hdr, uint32_t ring_
 	c->remote = *remote;
 	c->slot = SHUNT_NO_SLOT;
 	c->route = -1;
+	shunt_list_init(&c->trim_node);
 	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
 	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
 	shunt_spin_prepare();
@@ -457,30 +460,13 @@ static bool timed_out(struct shunt_timer *t)
 }
 
 /*
- * The holders' locks (common/lock.h). Taking one re-reads our index, which
- * another process holding the socket may have moved. A lock that cannot be
- * had makes the call say EAGAIN once its deadline is past, or after
- * LOCK_PATIENCE_US for a non-blocking call, which must not wait long; and
- * ECONNRESET when the peer is gone, since then nobody may ever release it.
+ * Just took a holders' lock (@other: another process held it since we
+ * did): our copy of the index may be stale.
  */
-static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_ring *ring,
-		     int producer, struct shunt_timer *t, bool nonblock)
+static void ring_locked(struct shunt_conn *c, struct shunt_ring *ring, int producer, bool other)
 {
-	bool other;
 	uint32_t h;
 
-	while (!shunt_lock_try(w, shunt_pid, &other)) {
-		int64_t deadline = shunt_timer_deadline(t), soon = shunt_deadline(LOCK_PATIENCE_US);
-
-		if (!shunt_lock_wait(w, shunt_pid, deadline && deadline < soon ? deadline : soon,
-				     &other))
-			break;
-		if (peer_gone(atomic_load_explicit(&c->peer->state, memory_order_acquire)))
-			return -ECONNRESET;
-		if (nonblock || timed_out(t))
-			return -EAGAIN;
-	}
-	/* Another process held it since we did: our copy of the index may be stale. */
 	if (other && !producer) {
 		shunt_ring_resync(ring, producer);
 	} else if (other) {
@@ -501,6 +487,32 @@ static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_rin
 		ring->pos += h;
 		ring->held = ring->held_told = h;
 	}
+}
+
+/*
+ * The holders' locks (common/lock.h). Taking one re-reads our index, which
+ * another process holding the socket may have moved. A lock that cannot be
+ * had makes the call say EAGAIN once its deadline is past, or after
+ * LOCK_PATIENCE_US for a non-blocking call, which must not wait long; and
+ * ECONNRESET when the peer is gone, since then nobody may ever release it.
+ */
+static int ring_lock(struct shunt_conn *c, _Atomic uint32_t *w, struct shunt_ring *ring,
+		     int producer, struct shunt_timer *t, bool nonblock)
+{
+	bool other;
+
+	while (!shunt_lock_try(w, shunt_pid, &other)) {
+		int64_t deadline = shunt_timer_deadline(t), soon = shunt_deadline(LOCK_PATIENCE_US);
+
+		if (!shunt_lock_wait(w, shunt_pid, deadline && deadline < soon ? deadline : soon,
+				     &other))
+			break;
+		if (peer_gone(atomic_load_explicit(&c->peer->state, memory_order_acquire)))
+			return -ECONNRESET;
+		if (nonblock || timed_out(t))
+			return -EAGAIN;
+	}
+	ring_locked(c, ring, producer, other);
 	return 0;
 }
 
@@ -618,6 +630,64 @@ static long tx_room(struct shunt_conn *c, size_t share, size_t want)
 	return used < share ? (long)(share - used) : 0;
 }
 
+/*
+ * After a send wrote bytes: the idle trimmer looks at the ring a while
+ * from now, unless it will already. A peer told we were quiet is told we
+ * are not (the word shares its line with sndbuf, which every send reads).
+ * Under the tx lock; a load or two and a branch while armed, so a busy
+ * connection pays nothing.
+ */
+static void trim_note(struct shunt_conn *c)
+{
+	if (atomic_load_explicit(&c->me->idle, memory_order_relaxed))
+		atomic_store_explicit(&c->me->idle, 0, memory_order_relaxed);
+	if (atomic_load_explicit(&c->trim_armed, memory_order_relaxed))
+		return;
+	atomic_store_explicit(&c->trim_armed, true, memory_order_relaxed);
+	c->trim_mark = c->tx.pos;
+	shunt_trim_arm(c);
+}
+
+int shunt_conn_trim(struct shunt_conn *c, bool rest)
+{
+	uint64_t head, from, page = (uint64_t)sysconf(_SC_PAGESIZE);
+	bool other;
+
+	/* Held: a send (or a push, a shutdown) is under way, so not quiet. */
+	if (!shunt_lock_try(&c->me->tx_lock, shunt_pid, &other))
+		return SHUNT_TRIM_SOON;
+	ring_locked(c, &c->tx, 1, other);
+	if (c->tx.pos != c->trim_mark) {
+		c->trim_mark = c->tx.pos;
+		tx_unlock(c);
+		return SHUNT_TRIM_SOON;
+	}
+	/*
+	 * Quiet. The consumer reads only [head, tail) and we, the only
+	 * writer while we hold the lock, write only past our position: every
+	 * page outside [head, position) is nobody's. The head comes from the
+	 * peer (acquire, pairs with the release in shunt_ring_consume): one
+	 * the ring cannot hold gives nothing back. At first the page the next
+	 * byte goes to stays, so that a message after a pause costs no page
+	 * fault on either side (a fresh page costs tens of microseconds on a
+	 * cold CPU); only a longer rest gives it back too.
+	 */
+	head = atomic_load_explicit(&c->tx.ctl->head, memory_order_acquire);
+	from = rest ? c->tx.pos : (c->tx.pos | (page - 1)) + 1;
+	if (c->tx.pos - head <= c->ring_size) {
+		if (head + c->ring_size > from &&
+		    shunt_ring_give_back(&c->tx, from, head + c->ring_size) > 0)
+			atomic_fetch_add_explicit(&shunt_stats.trim_idle, 1, memory_order_relaxed);
+		/* Bytes still unread: the peer gives their pages back as it reads them. */
+		if (c->tx.pos != head)
+			atomic_store_explicit(&c->me->idle, 1, memory_order_relaxed);
+	}
+	if (rest)
+		atomic_store_explicit(&c->trim_armed, false, memory_order_relaxed);
+	tx_unlock(c);
+	return rest ? SHUNT_TRIM_DONE : SHUNT_TRIM_LATER;
+}
+
 /* What a waiting sender needs: room for @need bytes, or any sign it cannot send. */
 struct tx_want {
 	struct shunt_conn *c;
@@ -670,6 +740,7 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 	c->let_go = true;
 	shunt_notice_unbind(c);
 	shunt_cork_forget(c);
+	shunt_trim_forget(c);
 	drop_pid(c->me, shunt_pid);
 	/*
 	 * Like the kernel's socket release, which only the last reference
@@ -701,6 +772,13 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 
 void shunt_conn_free(struct shunt_conn *c)
 {
+	/*
+	 * Let go of already, as a rule; not so one a fork child found no
+	 * session for (fork.c), which it may still send on: no timer may
+	 * look at it once it is unmapped.
+	 */
+	shunt_cork_forget(c);
+	shunt_trim_forget(c);
 	pthread_mutex_lock(&all_lock);
 	shunt_list_del(&c->all);
 	pthread_mutex_unlock(&all_lock);
@@ -737,6 +815,7 @@ void shunt_conn_let_go(struct shunt_conn *c)
 	c->let_go = true;
 	shunt_notice_unbind(c);
 	shunt_cork_forget(c);
+	shunt_trim_forget(c);
 	drop_pid(c->me, shunt_pid);
 	if (!c->in_slot)
 		shunt_ctl_close(c->circuit, c->end, false);
@@ -985,6 +1064,8 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		 * with the kernel, for a send too large to go in whole.)
 		 */
 		release_held(c, 0);
+		if (done)
+			trim_note(c);
 		tx_unlock(c);
 		want.need = whole ? left : 1;
 		r = shunt_wait_end(c->me, c->peer, &c->me->tx_waiters, tx_ready, &want,
@@ -996,6 +1077,8 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		if (r)
 			goto unlocked;
 	}
+	if (done)
+		trim_note(c);
 	tx_unlock(c);
 unlocked:
 	if (io->moved)
@@ -1109,6 +1192,18 @@ ssize_t shunt_conn_recv(struct shunt_conn *c, const struct iovec *iov, int iovcn
 				r = copied ? 0 : -EFAULT;
 				break;
 			}
+			/*
+			 * The sender went quiet (shunt_conn_trim): these bytes'
+			 * pages go back before the head moves past them, since
+			 * until then it cannot write there. Fewer bytes than a
+			 * page fill no page: the word (on a line the sender
+			 * writes) is not even read for them.
+			 */
+			if (n >= SHUNT_RING_MIN &&
+			    atomic_load_explicit(&c->peer->idle, memory_order_relaxed) &&
+			    shunt_ring_give_back(&c->rx, c->rx.pos, c->rx.pos + n) > 0)
+				atomic_fetch_add_explicit(&shunt_stats.trim_read, 1,
+							  memory_order_relaxed);
 			shunt_ring_consume(&c->rx, n);
 			credit_returned(c);
 			copied += n;

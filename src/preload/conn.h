@@ -53,6 +53,20 @@ struct shunt_conn {
 
 	struct shunt_ring tx;		/* under me->tx_lock */
 	struct shunt_ring rx;		/* under me->rx_lock */
+	/*
+	 * Under me->tx_lock: whether the idle trimmer (trim.c) will look at
+	 * the tx ring, and the write position it last saw there (a send
+	 * since moved it: not quiet yet). Atomic only because the lock is a
+	 * word the peer could break.
+	 */
+	_Atomic bool trim_armed;
+	uint64_t trim_mark;
+	/* Under the trimmer's lock (trim.c): its queues of armed connections. */
+	struct shunt_list trim_node;
+	int64_t trim_at;		/* when to look at it */
+	bool trim_rest;			/* the last look (trim.h): in the later queue */
+	bool trim_listed;		/* on a queue */
+	_Atomic bool trim_gone;		/* let go: never queued again */
 	/* Under the cork timer's lock (cork.c): its list of connections holding bytes back. */
 	struct shunt_conn *cork_next;
 	int64_t cork_at;		/* when to look at it next */
@@ -202,6 +216,18 @@ void shunt_conn_push(struct shunt_conn *c);
  * Takes the tx lock.
  */
 int64_t shunt_conn_cork_expire(struct shunt_conn *c);
+
+/*
+ * For the idle trimmer: if nothing was sent since it last looked, give
+ * back the tx ring's pages that no unread or held byte lies in, but the
+ * one the next byte goes to unless @rest (the second look, after a longer
+ * quiet spell), and tell the peer to give back the rest as it reads them
+ * (shunt_circuit_end.idle); disarm after the second. Returns what to do
+ * next, enum shunt_trim_next (trim.h): look again soon (a send since, or
+ * one under way: the tx lock is only tried, never waited for), later, or
+ * never. Takes the tx lock.
+ */
+int shunt_conn_trim(struct shunt_conn *c, bool rest);
 
 /* SO_SNDBUF or SO_RCVBUF changed: senders waiting for room look again. */
 void shunt_conn_bufs_changed(struct shunt_conn *c);

@@ -20,6 +20,7 @@
 #include "preload/plink.h"
 #include "preload/relisten.h"
 #include "preload/sock.h"
+#include "preload/trim.h"
 #include "preload/util.h"
 
 static pthread_rwlock_t fork_lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -60,6 +61,7 @@ void shunt_fork_prepare(void)
 	shunt_plink_fork_prepare();
 	shunt_sock_fork_prepare();
 	shunt_epoll_fork_prepare();
+	shunt_trim_fork_prepare();
 	shunt_chan_fork_prepare();
 	shunt_journal_fork_prepare();
 }
@@ -68,6 +70,7 @@ void shunt_fork_parent(void)
 {
 	shunt_journal_fork_parent();
 	shunt_chan_fork_parent();
+	shunt_trim_fork_parent();
 	shunt_epoll_fork_parent();
 	shunt_sock_fork_parent();
 	shunt_plink_fork_parent();
@@ -83,6 +86,7 @@ void shunt_fork_child(void)
 	if (pid > 0)
 		shunt_pid = (uint32_t)pid;
 	shunt_log_set_pid((int)shunt_pid);
+	shunt_trim_fork_child();
 	shunt_journal_fork_child();
 	shunt_chan_fork_child();
 	shunt_epoll_fork_child();

@@ -74,7 +74,7 @@ static void report(void)
 	uint64_t tx = shunt_stats.shm_tx_bytes, rx = shunt_stats.shm_rx_bytes;
 	/* Through the gate: a seccomp filter may forbid getpid, we know it anyway. */
 	long pid = shunt_syscall(SYS_getpid);
-	char line[600];
+	char line[800];
 	int fd, n;
 
 	if (pid < 0)
@@ -87,7 +87,7 @@ static void report(void)
 		     "\"shm_tx_bytes\":%llu,\"shm_rx_bytes\":%llu,"
 		     "\"fallback_nodaemon\":%llu,\"fallback_error\":%llu,"
 		     "\"fallback_policy\":%llu,\"fallback_limit\":%llu,\"policy_refused\":%llu,"
-		     "\"fallback_seccomp\":%llu}\n",
+		     "\"fallback_seccomp\":%llu,\"trim_idle\":%llu,\"trim_read\":%llu}\n",
 		     pid, (unsigned long long)shunt_stats.shm_connect,
 		     (unsigned long long)shunt_stats.shm_accept,
 		     (unsigned long long)shunt_stats.kernel_connect,
@@ -98,7 +98,9 @@ static void report(void)
 		     (unsigned long long)shunt_stats.fallback_policy,
 		     (unsigned long long)shunt_stats.fallback_limit,
 		     (unsigned long long)shunt_stats.policy_refused,
-		     (unsigned long long)shunt_stats.fallback_seccomp);
+		     (unsigned long long)shunt_stats.fallback_seccomp,
+		     (unsigned long long)shunt_stats.trim_idle,
+		     (unsigned long long)shunt_stats.trim_read);
 	fd = atomic_load(&kept_fd);
 	if (fd < 0)
 		fd = open_report();

@@ -1,12 +1,18 @@
 // SPDX-License-Identifier: MIT
-/* The byte ring: wrap-around copies, and indices a hostile peer could publish. */
+/*
+ * The byte ring: wrap-around copies, indices a hostile peer could publish,
+ * and giving back the pages of a range.
+ */
 #include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "common/ring.h"
@@ -160,6 +166,72 @@ static void t_hostile_own_index_after_resync(void **state)
 	assert_int_equal(shunt_ring_space(&f->tx), -EPROTO);
 }
 
+/*
+ * Give back ranges of a ring in a real memfd mapping and look at which
+ * pages read as zeros afterwards: exactly the whole pages inside the range
+ * (counted modulo the ring), never a byte outside it, nor of the other
+ * ring or the control page.
+ */
+enum { PAGES = 16 };
+
+static void check_given_back(uint64_t from, uint64_t to, const char *want)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint32_t size = (uint32_t)(PAGES * page);
+	size_t total = shunt_circuit_size(size);
+	int fd = memfd_create("test-ring", 0);
+	struct shunt_circuit_hdr *hdr;
+	struct shunt_ring r;
+	uint8_t *data;
+	long n, given = 0;
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)total), 0);
+	hdr = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(hdr != MAP_FAILED);
+	memset(hdr, 0xaa, total);
+	shunt_ring_attach(&r, hdr, 0, size, 1);
+	n = shunt_ring_give_back(&r, from, to);
+	data = r.data;
+	for (int i = 0; i < PAGES; i++) {
+		uint8_t *p = data + (size_t)i * page;
+		bool zero = p[0] == 0 && p[page - 1] == 0, kept = p[0] == 0xaa && p[page - 1] == 0xaa;
+
+		assert_true(want[i] == '0' ? zero : kept);
+		given += want[i] == '0' ? page : 0;
+	}
+	assert_int_equal(n, given);
+	/* The control page and the other ring are untouched. */
+	assert_int_equal(((uint8_t *)hdr)[0], 0xaa);
+	assert_int_equal(((uint8_t *)hdr)[SHUNT_CIRCUIT_HDR_SIZE - 1], 0xaa);
+	assert_int_equal(data[size], 0xaa);
+	assert_int_equal(data[2 * (size_t)size - 1], 0xaa);
+	munmap(hdr, total);
+	close(fd);
+}
+
+static void t_give_back_whole_pages_only(void **state)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t size = PAGES * (uint64_t)page;
+
+	(void)state;
+	/* Nothing: empty, or inside one page. */
+	check_given_back(100, 100, "xxxxxxxxxxxxxxxx");
+	check_given_back(100, (uint64_t)page - 1, "xxxxxxxxxxxxxxxx");
+	/* Pages 1 and 2 only: 0 and 3 hold bytes outside the range. */
+	check_given_back((uint64_t)page - 1, 3 * (uint64_t)page + 1, "x00xxxxxxxxxxxxx");
+	/* Exactly pages 2..4, at positions three rings on. */
+	check_given_back(3 * size + 2 * page, 3 * size + 5 * page, "xx000xxxxxxxxxxx");
+	/* Wrapping: the last two pages and the first. */
+	check_given_back(size + 14 * page, size + 17 * page, "0xxxxxxxxxxxxx00");
+	/* Wrapping with partial pages at both ends. */
+	check_given_back(15 * page + 1, 17 * page + 1, "0xxxxxxxxxxxxxxx");
+	/* A whole ring from anywhere: every page, the one the wrap splits too. */
+	check_given_back(5 * page + 123, 5 * page + 123 + size, "0000000000000000");
+	check_given_back(7, 7 + 2 * size, "0000000000000000");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -173,6 +245,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(t_resync_takes_another_holders_index, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(t_hostile_own_index_after_resync, setup, teardown),
+		cmocka_unit_test(t_give_back_whole_pages_only),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

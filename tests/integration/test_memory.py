@@ -1,0 +1,226 @@
+# SPDX-License-Identifier: MIT
+"""Memory that follows use: once a connection has gone quiet, the pages of
+its circuit's rings that its bytes have left are given back (the idle
+trimmer, docs/circuit.md), so that what stays resident at rest is about
+the control page, as the kernel frees a socket's buffers once they are
+read. Data sent after a trim arrives intact, the trimmer costs an idle
+process no wake-ups, and a fork child that sends on what it inherited has
+its own rings trimmed too.
+
+The outcome is waited for generously (all but one page of a ring go 0.5
+to 1 s after its last send, that one 5 s later); nothing here times the
+library."""
+
+import os
+import pathlib
+import re
+import select
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+# One process holds both ends of a connection: a and b. On stdin:
+#   carry N   N bytes each way at once, each direction checked (sha256)
+#   fork      fork; the child carries 256 KiB each way, says "child PID", and
+#             idles until the parent is gone
+#   quit      exit
+PROGRAM = textwrap.dedent("""\
+    import hashlib, os, socket, sys, threading
+
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(4)
+    a = socket.create_connection(ls.getsockname())
+    b, _ = ls.accept()
+    rounds = 0
+
+    def pattern(n, seed):
+        out, i = bytearray(), 0
+        while len(out) < n:
+            out += hashlib.sha256(b"%d:%d" % (seed, i)).digest()
+            i += 1
+        return bytes(out[:n])
+
+    def carry(n):
+        global rounds
+        rounds += 1
+        got = {}
+        def read(s, key):
+            h, left = hashlib.sha256(), n
+            while left:
+                chunk = s.recv(min(left, 1 << 16))
+                if not chunk:
+                    break
+                h.update(chunk)
+                left -= len(chunk)
+            got[key] = h.hexdigest()
+        up, down = pattern(n, 2 * rounds), pattern(n, 2 * rounds + 1)
+        ts = [threading.Thread(target=read, args=(b, "up")),
+              threading.Thread(target=read, args=(a, "down"))]
+        [t.start() for t in ts]
+        ws = [threading.Thread(target=a.sendall, args=(up,)),
+              threading.Thread(target=b.sendall, args=(down,))]
+        [t.start() for t in ws]
+        [t.join() for t in ws + ts]
+        ok = (got.get("up") == hashlib.sha256(up).hexdigest() and
+              got.get("down") == hashlib.sha256(down).hexdigest())
+        return "intact" if ok else "CORRUPT"
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "carry":
+            print("carried", int(cmd[1]), carry(int(cmd[1])), flush=True)
+        elif cmd[0] == "fork":
+            r, w = os.pipe()
+            if os.fork() == 0:
+                os.close(w)
+                print("child", os.getpid(), carry(256 << 10), flush=True)
+                os.read(r, 1)
+                os._exit(0)
+            os.close(r)
+            rounds += 1
+        elif cmd[0] == "quit":
+            break
+    """)
+
+CIRCUIT = "shunt-circuit"
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+# Two mappings of one circuit (one per end) in the process: each keeps its
+# control page; a few pages more may stay at the edges of unread bytes.
+AT_REST_KIB = 2 * 2 * PAGE_KIB
+WAIT_S = 30
+
+
+def circuit_rss_kib(pid):
+    """Resident KiB of the circuits' mappings of @pid, and how many there are."""
+    rss, n, inside = 0, 0, False
+    for line in pathlib.Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            inside = CIRCUIT in line
+            n += inside
+        elif inside and line.startswith("Rss:"):
+            rss += int(line.split()[1])
+    return rss, n
+
+
+def wait_rss(pid, at_most, what):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        rss, n = circuit_rss_kib(pid)
+        if rss <= at_most:
+            return rss, n
+        assert time.monotonic() < deadline, (
+            f"{what}: the circuit mappings of pid {pid} still hold {rss} KiB resident "
+            f"after {WAIT_S} s at rest (at most {at_most} KiB expected, {n} mappings)")
+        time.sleep(0.05)
+
+
+def trimmer_switches(pid):
+    """Context switches of the library's trimmer thread in @pid, or None."""
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() != "shunt-trim":
+                continue
+            st = (task / "status").read_text()
+        except OSError:
+            continue
+        return sum(int(m) for m in re.findall(r"ctxt_switches:\s+(\d+)", st))
+    return None
+
+
+class Program:
+    def __init__(self, argv, env):
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+
+    def say(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def expect(self, prefix, timeout=60):
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            raise AssertionError(f"no {prefix!r} within {timeout} s")
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith(prefix):
+            self.proc.kill()
+            raise AssertionError(f"expected {prefix!r}, got {line!r}; stderr: "
+                                 f"{self.proc.stderr.read()[-2000:]}")
+        return line
+
+    def finish(self):
+        if self.proc.poll() is None:
+            try:
+                self.say("quit")
+                self.proc.wait(timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def program(shunt_cli, shunt_session, tmp_path):
+    script = tmp_path / "rings.py"
+    script.write_text(PROGRAM)
+    stats = tmp_path / "stats.jsonl"
+    started = []
+
+    def start():
+        p = Program([str(shunt_cli()), "run", "--", sys.executable, str(script)],
+                    shunt_session.env(stats))
+        started.append(p)
+        p.expect("ready")
+        return p
+
+    start.stats = stats
+    yield start
+    for p in started:
+        if p.proc.poll() is None:
+            os.killpg(p.proc.pid, 9)
+            p.proc.wait()
+
+
+@pytest.mark.shunt
+def test_idle_ring_pages_given_back(program, tools):
+    """256 KiB each way fill both rings; at rest only the control pages stay,
+    and an idle process's trimmer sleeps. Then more data, trimmed again."""
+    p = program()
+    p.say("carry 262144")
+    assert p.expect("carried") == "carried 262144 intact"
+    rss, n = circuit_rss_kib(p.proc.pid)
+    assert n == 2, f"the connection is no circuit (mappings: {n}): not under shunt?"
+    wait_rss(p.proc.pid, AT_REST_KIB, "after 256 KiB each way")
+    # At rest: the trimmer sleeps without a timeout, nothing wakes it.
+    time.sleep(0.3)
+    before = trimmer_switches(p.proc.pid)
+    assert before is not None, "no shunt-trim thread in the process"
+    time.sleep(2)
+    assert trimmer_switches(p.proc.pid) == before, "the trimmer woke up at rest"
+    # Bytes written into given-back pages, and bigger than the rings.
+    p.say("carry 1048576")
+    assert p.expect("carried") == "carried 1048576 intact"
+    wait_rss(p.proc.pid, AT_REST_KIB, "after 1 MiB each way")
+    assert p.finish() == 0
+    _, total = tools.read_stats(program.stats)
+    assert total.get("trim_idle", 0) >= 2, total
+
+
+@pytest.mark.shunt
+def test_fork_child_rings_given_back(program):
+    """A fork child that sends on the connection it inherited: both
+    processes' mappings of the circuit lose the pages once it is quiet."""
+    p = program()
+    p.say("carry 262144")
+    assert p.expect("carried") == "carried 262144 intact"
+    p.say("fork")
+    line = p.expect("child")
+    child = int(line.split()[1])
+    assert line.endswith("intact"), line
+    wait_rss(child, AT_REST_KIB, "fork child")
+    wait_rss(p.proc.pid, AT_REST_KIB, "fork parent")
+    assert p.finish() == 0
