@@ -87,11 +87,14 @@ PROGRAM = textwrap.dedent("""\
             break
     """)
 
-CIRCUIT = "shunt-circuit"
+# A circuit of its own, or a slot in a channel's memfd (docs/connect.md).
+CIRCUIT = re.compile(r"shunt-(circuit|channel)")
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
-# Two mappings of one circuit (one per end) in the process: each keeps its
-# control page; a few pages more may stay at the edges of unread bytes.
-AT_REST_KIB = 2 * 2 * PAGE_KIB
+# Two mappings of one channel (the client's and the listener's) in the
+# process: each keeps the channel's header, the page of its queue entry, the
+# page of slot states and the slot's control page; a page more may stay at
+# the edge of unread bytes.
+AT_REST_KIB = 2 * 5 * PAGE_KIB
 WAIT_S = 30
 
 
@@ -100,7 +103,7 @@ def circuit_rss_kib(pid):
     rss, n, inside = 0, 0, False
     for line in pathlib.Path(f"/proc/{pid}/smaps").read_text().splitlines():
         if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-            inside = CIRCUIT in line
+            inside = CIRCUIT.search(line) is not None
             n += inside
         elif inside and line.startswith("Rss:"):
             rss += int(line.split()[1])
