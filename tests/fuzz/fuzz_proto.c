@@ -373,11 +373,14 @@ static bool fds_ok(const void *buf, unsigned nfds)
 
 	if (!(h->type & SHUNT_MSG_REPLY))
 		return nfds == 0;		/* status records */
+	/* A channel: its memfd, and for a CONNECT the listener's doorbell. */
+	if (h->status == SHUNT_USE_CHANNEL && (t == SHUNT_MSG_CONNECT || t == SHUNT_MSG_ACCEPT))
+		return nfds == (t == SHUNT_MSG_CONNECT ? 2u : 1u);
 	if (h->status != SHUNT_OK)
 		return nfds == 0;
 	switch (t) {
 	case SHUNT_MSG_HELLO:
-		return nfds == 2;
+		return nfds == 2 || nfds == 4;	/* the link, and the journal when one was made */
 	case SHUNT_MSG_LISTEN:
 		return nfds <= 1;
 	case SHUNT_MSG_CONNECT:
@@ -449,7 +452,8 @@ static unsigned drain(struct peer *pe, struct reply *out, unsigned max)
 			out[count] = (struct reply){ h->type, h->seq, h->status };
 		count++;
 		if ((h->type == (SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY) ||
-		     h->type == (SHUNT_MSG_ACCEPT | SHUNT_MSG_REPLY)) && nfds) {
+		     h->type == (SHUNT_MSG_ACCEPT | SHUNT_MSG_REPLY)) && nfds &&
+		    h->status != SHUNT_USE_CHANNEL) {
 			take_circuit(pe, (const void *)buf, fds, nfds);
 			continue;
 		}
@@ -462,10 +466,11 @@ static unsigned drain(struct peer *pe, struct reply *out, unsigned max)
 static bool always_answered(uint16_t type)
 {
 	switch (type) {
-	case SHUNT_MSG_HELLO: case SHUNT_MSG_LISTEN: case SHUNT_MSG_CONNECT:
-	case SHUNT_MSG_ACCEPT: case SHUNT_MSG_LINK: case SHUNT_MSG_LINK_NEXT:
-	case SHUNT_MSG_FORK: case SHUNT_MSG_DOWNGRADE: case SHUNT_MSG_UNREPAIR:
-	case SHUNT_MSG_EXEC: case SHUNT_MSG_EXEC_KEEP: case SHUNT_MSG_EXEC_NEXT:
+	case SHUNT_MSG_HELLO: case SHUNT_MSG_LISTEN: case SHUNT_MSG_UNLISTEN:
+	case SHUNT_MSG_CONNECT: case SHUNT_MSG_ACCEPT: case SHUNT_MSG_LINK:
+	case SHUNT_MSG_LINK_NEXT: case SHUNT_MSG_FORK: case SHUNT_MSG_DOWNGRADE:
+	case SHUNT_MSG_UNREPAIR: case SHUNT_MSG_EXEC: case SHUNT_MSG_EXEC_KEEP:
+	case SHUNT_MSG_EXEC_NEXT:
 		return true;
 	}
 	return false;
@@ -518,7 +523,10 @@ static void check_decoder(const uint8_t *rec, size_t len)
 	CHECK(len == shunt_proto_size(h.type) ||
 	      ((h.type & SHUNT_MSG_REPLY) && h.status && len == sizeof(h)) ||
 	      (h.type == (SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY) && h.status == SHUNT_KERNEL_POLICY &&
-	       len == sizeof(struct shunt_msg_connect_kernel)),
+	       len == sizeof(struct shunt_msg_connect_kernel)) ||
+	      ((h.type == (SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY) ||
+		h.type == (SHUNT_MSG_ACCEPT | SHUNT_MSG_REPLY)) && h.status == SHUNT_USE_CHANNEL &&
+	       len == sizeof(struct shunt_msg_chan)),
 	      "check passed a record of the wrong size");
 }
 
