@@ -167,6 +167,8 @@ enum shunt_connect_flags {
 	SHUNT_CONNECT_NONBLOCK = 1u << 0,
 	/* The channel was tried and had no room: a circuit of shuntd's own, please. */
 	SHUNT_CONNECT_NO_CHANNEL = 1u << 1,
+	/* Every slot of the channel in use is taken: another channel, if one may be had. */
+	SHUNT_CONNECT_CHANNEL_FULL = 1u << 2,
 };
 
 /* CONNECT carries the client's socket, already bound to its local address. */

@@ -161,19 +161,36 @@ fail:
 	return NULL;
 }
 
-struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct listener *l)
+/* Whether a slot of @ch is free now (from words its users write: a hint). */
+static bool has_free_slot(struct channel *ch)
+{
+	for (uint32_t i = 0; i < ch->slots; i++)
+		if (shunt_slot_state(atomic_load_explicit(&slot_states(ch)[i],
+							  memory_order_relaxed)) == SHUNT_SLOT_FREE)
+			return true;
+	return false;
+}
+
+struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct listener *l,
+				bool full)
 {
 	struct shunt_list *pos;
+	unsigned open = 0;
 
 	if (!s->journal || !eligible(d, s, l))
 		return NULL;
 	shunt_list_for_each(pos, &s->channels) {
 		struct channel *ch = shunt_container_of(pos, struct channel, client_node);
 
-		if (ch->listener == l &&
-		    atomic_load(&ch->hdr->state) == SHUNT_CHAN_OPEN)
+		if (ch->listener != l || atomic_load(&ch->hdr->state) != SHUNT_CHAN_OPEN)
+			continue;
+		open++;
+		if (!full || has_free_slot(ch))
 			return ch;
 	}
+	/* As many connections as the kernel would let it have, within reason. */
+	if (open >= SHUNTD_CHANS_PER_CLIENT)
+		return NULL;
 	return chan_new(d, s, l);
 }
 

@@ -149,7 +149,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	 */
 	if (!(m->flags & SHUNT_CONNECT_NO_CHANNEL) && f.netns == l->netns &&
 	    (shunt_addr_is_loopback(&m->dst) || shunt_addr_is_any(&m->dst)) &&
-	    (ch = shuntd_chan_for(d, s, l))) {
+	    (ch = shuntd_chan_for(d, s, l, m->flags & SHUNT_CONNECT_CHANNEL_FULL))) {
 		struct shunt_wire_addr bind_to = source_for(&src, f.domain);
 
 		close(fd);

@@ -45,6 +45,8 @@ struct shuntd_config {
  * in the totals.
  */
 enum { SHUNTD_POLICY_PAIRS = 256 };
+/* Channels one client process may have to one listener (each --channel-slots connections). */
+enum { SHUNTD_CHANS_PER_CLIENT = 64 };
 
 struct policy_pair {
 	char from[SHUNT_TENANT_LEN];
@@ -478,7 +480,13 @@ struct session *shuntd_circuit_holder(struct circuit *c, unsigned end);
  * asking (made if need be), or NULL when it cannot have one: the caller
  * serves this connect itself.
  */
-struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct listener *l);
+/*
+ * The channel @s connects to @l through: the open one it has, or, when
+ * @full (its slots are all taken), one with a free slot or a new one, up to
+ * SHUNTD_CHANS_PER_CLIENT. NULL: connect through a circuit of shuntd's.
+ */
+struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct listener *l,
+				bool full);
 /* A channel of @l not yet given to @s, which holds @l (marked given), or NULL. */
 struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct listener *l);
 /* Connections queued in @l's channels and not yet taken. */

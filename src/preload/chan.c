@@ -23,7 +23,9 @@
 #include "preload/conn.h"
 #include "preload/journal.h"
 #include "preload/libc.h"
+#include "preload/spin.h"
 #include "preload/util.h"
+#include "preload/wait.h"
 #include "shunt/chan.h"
 
 struct shunt_chan {
@@ -322,10 +324,17 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 	if (room > ch->slots)
 		room = ch->slots;
 	/* A full accept queue (or indices someone spoilt): shuntd queues it (a SYN waits). */
-	if (tail - head >= room || (slot = claim_slot(ch, &gen)) < 0) {
+	if (tail - head >= room) {
 		pthread_mutex_unlock(&tx_lock);
 		shunt_chan_put(ch);
 		return -EAGAIN;
+	}
+	/* Every slot holds a connection: shuntd may give another channel. */
+	slot = claim_slot(ch, &gen);
+	if (slot < 0) {
+		pthread_mutex_unlock(&tx_lock);
+		shunt_chan_put(ch);
+		return -ENOSPC;
 	}
 	slot_start(ch, slot_hdr(ch, (uint32_t)slot));
 	q = &queue(ch)[tail % ch->slots];
@@ -410,6 +419,44 @@ bool shunt_chan_pending(uint64_t listener)
 		any = ch->listener == listener && queued(ch, &head);
 	pthread_mutex_unlock(&list_lock);
 	return any;
+}
+
+/* Whether this process has a channel of @listener at all. */
+static bool has_channel(uint64_t listener)
+{
+	struct shunt_chan *ch;
+
+	pthread_mutex_lock(&list_lock);
+	for (ch = acceptors; ch && ch->listener != listener; ch = ch->next)
+		;
+	pthread_mutex_unlock(&list_lock);
+	return ch != NULL;
+}
+
+bool shunt_chan_spin_pending(uint64_t listener, int64_t deadline)
+{
+	struct shunt_spin sp;
+	bool ok;
+
+	if (!has_channel(listener))
+		return false;
+	/* Many clients, none of whose CPUs we know: the learned budget decides alone. */
+	shunt_spin_begin(&sp, shunt_now_ns(), NULL);
+	for (;;) {
+		for (int i = 0; i < 16; i++) {
+			if (shunt_chan_pending(listener)) {
+				ok = true;
+				goto out;
+			}
+			shunt_cpu_relax();
+		}
+		if (!shunt_spin_go_on(&sp) || (deadline && sp.last >= deadline))
+			break;
+	}
+	ok = shunt_chan_pending(listener);
+out:
+	shunt_spin_end(&sp, ok);
+	return ok;
 }
 
 /* The channel of @listener whose oldest queued connection is the oldest, with a reference. */

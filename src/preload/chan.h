@@ -29,8 +29,9 @@ int shunt_chan_install_client(struct shunt_grant *g, const struct shunt_wire_add
  * channel kept for it, as connect() would: the socket is bound to the
  * source address first if it is not. Returns 0 with the new connection in
  * *@out (established, queued for accept), -ENOENT when no channel is kept
- * for @dst, -EAGAIN when the channel has no room now (ask shuntd for a
- * circuit of its own), or -errno from binding the socket.
+ * for @dst, -EAGAIN when its accept queue is full (ask shuntd for a circuit
+ * of its own), -ENOSPC when every slot holds a connection (ask shuntd, which
+ * may give another channel), or -errno from binding the socket.
  */
 int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_conn **out);
 
@@ -52,6 +53,13 @@ void shunt_chan_journal(struct shunt_journal_entry *je, int fd);
 
 /* Whether any of this process's channels of @listener has a connection queued (a hint). */
 bool shunt_chan_pending(uint64_t listener);
+
+/*
+ * Before accept() sleeps: spin while spinning can pay (spin.h) for a
+ * connection to be queued in one of this process's channels of @listener
+ * (none: false at once). True if one is there. @deadline: absolute ns, or 0.
+ */
+bool shunt_chan_spin_pending(uint64_t listener, int64_t deadline);
 
 /* This process no longer holds @listener: its channels go (their connections stay). */
 void shunt_chan_forget_listener(uint64_t listener);

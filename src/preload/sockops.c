@@ -405,8 +405,9 @@ static int connect_failed_locked(struct shunt_sock *s, int fd)
 /*
  * Connect through the channel kept for @dst, if the library can make the
  * connection itself here (docs/connect.md): 0 with *@conn, -ENOENT (no
- * channel: ask shuntd), -EAGAIN (no room: ask shuntd for a circuit of its
- * own), or -errno from binding the socket. Under s->lock.
+ * channel: ask shuntd), -EAGAIN (a full accept queue: ask shuntd for a
+ * circuit of its own), -ENOSPC (no free slot: ask shuntd, which may give
+ * another channel), or -errno from binding the socket. Under s->lock.
  */
 static int connect_through_channel(struct shunt_sock *s, int fd, const struct shunt_wire_addr *dst,
 				   struct shunt_conn **conn)
@@ -482,12 +483,14 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 	r = connect_through_channel(s, fd, &dst, &conn);
 	if (r == 0)
 		goto attached;
-	if (r != -ENOENT && r != -EAGAIN) {
+	if (r != -ENOENT && r != -EAGAIN && r != -ENOSPC) {
 		/* The socket could not be bound as connect() binds it: its error. */
 		pthread_mutex_unlock(&s->lock);
 		return r;
 	}
-	flags = (nonblock ? SHUNT_CONNECT_NONBLOCK : 0) | (r == -EAGAIN ? SHUNT_CONNECT_NO_CHANNEL : 0);
+	flags = (nonblock ? SHUNT_CONNECT_NONBLOCK : 0) |
+		(r == -EAGAIN ? SHUNT_CONNECT_NO_CHANNEL : 0) |
+		(r == -ENOSPC ? SHUNT_CONNECT_CHANNEL_FULL : 0);
 	r = shunt_ctl_connect(fd, &dst, flags, &g, &why);
 	if (r == SHUNT_USE_CHANNEL) {
 		/* From now on this process connects there by itself; this time too. */
@@ -496,7 +499,8 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 			r = connect_through_channel(s, fd, &dst, &conn);
 		if (r == 0)
 			goto attached;
-		if (r != -ENOENT && r != -EAGAIN && r != -EMFILE && r != -ENOMEM && r != -EPROTO) {
+		if (r != -ENOENT && r != -EAGAIN && r != -ENOSPC && r != -EMFILE && r != -ENOMEM &&
+		    r != -EPROTO) {
 			pthread_mutex_unlock(&s->lock);
 			return r;
 		}
@@ -851,6 +855,9 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			}
 			continue;
 		}
+		/* A client of ours queues without a system call: look before sleeping. */
+		if (shunt_chan_spin_pending(s->listener, deadline))
+			continue;
 		if (deadline) {
 			int64_t left = deadline - shunt_now_ns();
 

@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: MIT
+"""Direct channels (docs/connect.md) when a client holds more connections to
+one listener than a channel has slots: with `shuntd --channel-slots 16`, a
+process that holds 100 connections open at once, each echoing its own
+bytes, gets them all over shared memory through further channels (more
+than one shunt-channel mapping, no connect left to the kernel), the same
+as it does on the kernel; and after they close, the next 100 reuse the
+slots rather than growing without end."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytestmark = pytest.mark.shunt
+
+SLOTS = 16
+CONNS = 100
+
+# Holds CONNS connections open at once, each echoed; prints a summary, then
+# (on "again") does it a second time; "maps" prints its channel mappings.
+PROGRAM = textwrap.dedent("""\
+    import os, re, socket, sys, threading
+
+    conns = int(sys.argv[1])
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(conns)
+    accepted = []
+
+    def acceptor():
+        for _ in range(conns):
+            s, _ = ls.accept()
+            accepted.append(s)
+
+    def channels():
+        with open("/proc/self/maps") as f:
+            return len({l.split()[4] for l in f if "shunt-channel" in l})
+
+    def one_round():
+        del accepted[:]
+        t = threading.Thread(target=acceptor)
+        t.start()
+        cs = [socket.create_connection(ls.getsockname()) for _ in range(conns)]
+        t.join()
+        good = 0
+        for i, c in enumerate(cs):
+            c.sendall(b"%06d" % i)
+        by_tag = {}
+        for s in accepted:
+            tag = s.recv(6)
+            s.sendall(tag)
+            by_tag[tag] = s
+        for i, c in enumerate(cs):
+            good += c.recv(6) == b"%06d" % i
+        for s in cs + accepted:
+            s.close()
+        return good, len(by_tag)
+
+    for line in sys.stdin:
+        if line.strip() == "round":
+            good, distinct = one_round()
+            print("echoed %d distinct %d" % (good, distinct), flush=True)
+        elif line.strip() == "maps":
+            print("channels %d" % channels(), flush=True)
+    """)
+
+
+def run(argv, env, script_input):
+    res = subprocess.run(argv, input=script_input, capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout.split("\n")
+
+
+@pytest.fixture
+def daemon(build_dir, tmp_path, tools):
+    sock = str(tmp_path / "shuntd.sock")
+    log = open(tmp_path / "shuntd.log", "wb")
+    proc = subprocess.Popen([str(build_dir / "src" / "daemon" / "shuntd"), "--socket", sock,
+                             "--channel-slots", str(SLOTS), "--log", "info"],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            env=tools.plain_env(), start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock):
+        assert proc.poll() is None, (tmp_path / "shuntd.log").read_text()
+        assert time.monotonic() < deadline, "shuntd never made its socket"
+        time.sleep(0.02)
+    yield sock
+    proc.terminate()
+    proc.wait(timeout=10)
+    text = (tmp_path / "shuntd.log").read_text(errors="replace")
+    assert "dying of signal" not in text, text[-3000:]
+
+
+def test_more_connections_than_slots(daemon, shunt_cli, tools, tmp_path):
+    script = tmp_path / "hold.py"
+    script.write_text(PROGRAM)
+    plain = run([sys.executable, str(script), str(CONNS)], tools.plain_env(), "round\n")
+    assert plain[0] == f"echoed {CONNS} distinct {CONNS}", plain
+
+    stats = tmp_path / "stats.jsonl"
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=daemon, SHUNT_STATS=str(stats))
+    out = run([str(shunt_cli()), "run", "--", sys.executable, str(script), str(CONNS)], env,
+              "round\nmaps\nround\nmaps\n")
+    assert out[0] == plain[0] and out[2] == plain[0], out
+    first, second = (int(re.fullmatch(r"channels (\d+)", out[i]).group(1)) for i in (1, 3))
+    # 100 at once need at least 7 channels of 16 slots (each mapped by the
+    # client side and by the listener side of this one process).
+    assert first >= -(-CONNS // SLOTS), out
+    # The second round finds the first round's slots free again.
+    assert second == first, out
+    _, total = tools.read_stats(stats)
+    assert total.get("shm_connect", 0) == 2 * CONNS, total
+    assert total.get("kernel_connect", 0) == 0, total
