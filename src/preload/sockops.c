@@ -701,6 +701,16 @@ static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 	return adopt_accepted(s, fd, conn, &none, &je, addr, alen, flags);
 }
 
+/* Whether listener doorbell @bell counts a connection not taken yet. */
+static bool doorbell_rings(int bell)
+{
+	struct pollfd p = { bell, POLLIN, 0 };
+	struct timespec zero = { 0, 0 };
+
+	/* A filter that forbids the look: ask shuntd, as before. */
+	return bell < 0 || shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 8) != 0;
+}
+
 /* Hand out a circuit queued on our listener as a new socket. */
 static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 			  int flags)
@@ -715,6 +725,12 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	r = accept_from_channels(s, fd, listener, addr, alen, flags);
 	if (r != -EAGAIN)
 		return r;
+	/*
+	 * Another acceptor (a prefork sibling woken by the same doorbell) took
+	 * what it counted: nothing is left for shuntd to hand out either.
+	 */
+	if (!doorbell_rings(s->doorbell))
+		return -EAGAIN;
 	r = shunt_ctl_accept(fd, listener, &g);
 	while (r == SHUNT_USE_CHANNEL) {
 		/* A channel we did not have: its queue may hold what the doorbell counted. */
