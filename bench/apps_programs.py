@@ -191,9 +191,10 @@ def nginx_setup(d, port, workers=2):
     return ["nginx", "-c", conf, "-p", d, "-e", os.path.join(d, "error.log")]
 
 
-def wrk_argv(port, quick, threads=1, conns=WRK_CONNS):
+def wrk_argv(port, quick, threads=1, conns=WRK_CONNS, headers=()):
     return ["wrk", "-t", str(threads), "-c", str(conns),
             "-d", "%ds" % (WRK_QUICK_S if quick else WRK_S),
+            *[arg for h in headers for arg in ("-H", h)],
             "--latency", "http://127.0.0.1:%d/%s" % (port, NGINX_FILE)]
 
 
@@ -304,6 +305,41 @@ REDIS_BUSY = Program(
     signal.SIGTERM,
     note="%d client processes and the server on 2 CPUs, unpinned" % BUSY_REDIS_CLIENTS,
     pinned=False)
+
+
+# --- a connection per request (issue 12) -------------------------------------
+
+CLOSE_WRK_CONNS = 10
+CLOSE_REDIS_CONNS = 10
+CLOSE_REDIS_N = 50000
+CLOSE_REDIS_QUICK_N = 10000
+
+NGINX_CLOSE = Program(
+    "nginx-close", ["nginx", "wrk"], ["nginx", "wrk"], nginx_setup,
+    [Measurement("wrk_close_c10", "wrk, Connection: close, 1 KiB file, %d connections, "
+                 "1 thread" % CLOSE_WRK_CONNS,
+                 lambda port, quick: wrk_argv(port, quick, 1, CLOSE_WRK_CONNS,
+                                              headers=["Connection: close"]),
+                 wrk_parse, CLOSE_WRK_CONNS, lambda quick: 60)],
+    signal.SIGTERM,
+    note="a new connection for every request (wrk reconnects after each response); "
+         "2 workers")
+
+
+def redis_close_argv(port, quick):
+    return redis_argv(CLOSE_REDIS_CONNS, CLOSE_REDIS_N, CLOSE_REDIS_QUICK_N)(port, quick) + \
+        ["-k", "0"]
+
+
+REDIS_CLOSE = Program(
+    "redis-close", ["redis-server", "redis-benchmark"], ["redis-server", "redis-tools"],
+    redis_setup,
+    [Measurement("k0_c%d" % CLOSE_REDIS_CONNS, "redis-benchmark -k 0 (a connection per "
+                 "request), %d clients" % CLOSE_REDIS_CONNS,
+                 redis_close_argv, redis_parse(CLOSE_REDIS_CONNS), CLOSE_REDIS_CONNS,
+                 lambda quick: 120 if quick else 300)],
+    signal.SIGTERM,
+    note="redis-benchmark -k 0: every request on a new connection")
 
 
 # --- sockperf ---------------------------------------------------------------
@@ -472,7 +508,8 @@ def memcached_missing():
         "neither memcaslap nor memaslap installed (Debian: libmemcached-tools)"
 
 
-PROGRAMS = [REDIS, NGINX, SOCKPERF, IPERF3, MEMCACHED, NGINX_BUSY, REDIS_BUSY]
+PROGRAMS = [REDIS, NGINX, SOCKPERF, IPERF3, MEMCACHED, NGINX_BUSY, REDIS_BUSY, NGINX_CLOSE,
+            REDIS_CLOSE]
 PROGRAM_NAMES = [p.name for p in PROGRAMS]
 
 
@@ -533,6 +570,12 @@ TARGETS = [
            "redis, 8 redis-benchmark processes, unpinned: worst GET p99 <= kernel"),
     Target("redis_busy_set_p99", "redis-busy", "p8", "set_p99_us", "lower", 1,
            "redis, 8 redis-benchmark processes, unpinned: worst SET p99 <= kernel"),
+    Target("nginx_close_rps", "nginx-close", "wrk_close_c10", "rps", "higher", 1.5,
+           "nginx + wrk, Connection: close, 10 connections: requests/s >= 1.5x kernel"),
+    Target("redis_close_get_rps", "redis-close", "k0_c10", "get_rps", "higher", 1.5,
+           "redis-benchmark -k 0, 10 clients: GET requests/s >= 1.5x kernel"),
+    Target("redis_close_set_rps", "redis-close", "k0_c10", "set_rps", "higher", 1.5,
+           "redis-benchmark -k 0, 10 clients: SET requests/s >= 1.5x kernel"),
 ]
 
 # What each program's table rows and plot panels show: (measurement,
@@ -562,4 +605,9 @@ PANELS = {
                    ("p8", "set_rps", "SET req/s, 8 clients", 1, "req/s", "higher"),
                    ("p8", "get_p99_us", "worst GET p99", 1, "us", "lower"),
                    ("p8", "set_p99_us", "worst SET p99", 1, "us", "lower")],
+    "nginx-close": [("wrk_close_c10", "rps", "req/s, Connection: close", 1, "req/s", "higher"),
+                    ("wrk_close_c10", "lat_p99_us", "p99 latency", 1, "us", "lower")],
+    "redis-close": [("k0_c10", "get_rps", "GET req/s, -k 0", 1, "req/s", "higher"),
+                    ("k0_c10", "set_rps", "SET req/s, -k 0", 1, "req/s", "higher"),
+                    ("k0_c10", "get_p99_us", "GET p99, -k 0", 1, "us", "lower")],
 }
