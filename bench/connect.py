@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""connect: what a connection costs to make and to end, kernel vs shunt in
+one run (bench/conn.c does the work; medians of --repeat runs).
+
+Shapes:
+  loop     one client: socket, connect, write 1 byte, read the echo, close,
+           --count times, against one server that accepts, echoes 1 byte
+           and closes; connect, first echo and close timed apart.
+  burst    one client opens --burst connections at once (each echoes once),
+           then closes them all.
+  prefork  4 client processes against 4 forked workers accepting on one
+           listener, each client --count connections: connections/s.
+  memory   memory per connection at rest: bench/memory.py (2,000
+           connections after 1 KiB and after 256 KiB each way), its
+           memory.json and memory.png in the same directory.
+
+Writes connect.json and connect.png under --out (bench/results/<UTC>/).
+Benchmarks are not tests: targets (issue 12) print as PASS/FAIL only.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from core import READY_TIMEOUT_S, REPO, free_tcp_port, last_json, log, mode_envs, spawn, stop, \
+    stop_daemon, write_doc
+from machine import git_info, machine_info
+
+SHAPES = ["loop", "burst", "prefork", "memory"]
+PREFORK = 4
+
+
+def wait_ready(path, proc, what):
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not os.path.exists(path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _, err = proc.communicate()
+            raise RuntimeError("%s did not start: %s" % (what, err.strip()[-400:]))
+        time.sleep(0.005)
+
+
+def stats_of(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+class Bench:
+    def __init__(self, args, tmp):
+        self.args = args
+        self.tmp = tmp
+        self.conn = os.path.join(args.build, "bench", "conn")
+        self.shunt = os.path.join(args.build, "src", "cli", "shunt")
+        self.kernel_env, self.shunt_env = mode_envs(tmp)
+        self.seq = 0
+
+    def session(self, mode, workers, clients):
+        """A server with @workers, then @clients (argv lists) at once; their
+        JSON reports, and under shunt whether every connection used shared
+        memory (SHUNT_STATS of both sides)."""
+        self.seq += 1
+        env, pre = dict(self.kernel_env), []
+        stats = os.path.join(self.tmp, "stats.%d" % self.seq)
+        if mode == "shunt":
+            env = dict(self.shunt_env, SHUNT_STATS=stats)
+            pre = [self.shunt, "run", "--"]
+        port = free_tcp_port()
+        ready = os.path.join(self.tmp, "ready.%d" % self.seq)
+        srv = spawn(pre + [self.conn, "server", "--port", str(port), "--workers", str(workers),
+                           "--ready-file", ready], env)
+        procs = []
+        try:
+            wait_ready(ready, srv, "conn server")
+            t0 = time.monotonic()
+            procs = [spawn(pre + [self.conn] + c + ["--port", str(port)], env) for c in clients]
+            recs = []
+            for p in procs:
+                out, err = p.communicate(timeout=900)
+                rec = last_json(out)
+                if p.returncode or not rec:
+                    raise RuntimeError("conn client failed: %s" % err.strip()[-400:])
+                recs.append(rec)
+            wall = time.monotonic() - t0
+        finally:
+            for p in procs:
+                stop(p)
+            stop(srv)
+        on_shm = None
+        if mode == "shunt":
+            st = stats_of(stats)
+            made = sum(int(c[c.index("--count") + 1]) for c in clients)
+            shm = sum(s.get("shm_connect", 0) for s in st)
+            on_shm = shm >= made and not any(s.get("kernel_connect") for s in st)
+        return recs, wall, on_shm
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def do_loop(b, args, mode):
+    runs = []
+    for _ in range(args.repeat):
+        recs, _, on_shm = b.session(mode, 1, [["loop", "--count", str(args.count)]])
+        r = recs[0]
+        runs.append({"per_conn_us": r["per_conn_us"], "connect_us": r["connect"]["mean_us"],
+                     "echo_us": r["echo"]["mean_us"], "close_us": r["close"]["mean_us"],
+                     "on_shm": on_shm})
+    out = {k: median([r[k] for r in runs]) for k in runs[0] if k != "on_shm"}
+    out["on_shm"] = all(r["on_shm"] for r in runs) if mode == "shunt" else None
+    out["runs"] = runs
+    return out
+
+
+def do_burst(b, args, mode):
+    runs = []
+    for _ in range(args.repeat):
+        recs, _, on_shm = b.session(mode, 1, [["burst", "--count", str(args.burst)]])
+        r = recs[0]
+        runs.append({"open_s": r["open_s"], "close_s": r["close_s"], "seconds": r["seconds"],
+                     "on_shm": on_shm})
+    out = {k: median([r[k] for r in runs]) for k in ("open_s", "close_s", "seconds")}
+    out["on_shm"] = all(r["on_shm"] for r in runs) if mode == "shunt" else None
+    out["runs"] = runs
+    return out
+
+
+def do_prefork(b, args, mode):
+    runs = []
+    for _ in range(args.repeat):
+        clients = [["loop", "--count", str(args.count)] for _ in range(PREFORK)]
+        recs, wall, on_shm = b.session(mode, PREFORK, clients)
+        runs.append({"conns_per_s": PREFORK * args.count / wall, "wall_s": wall,
+                     "on_shm": on_shm})
+    out = {"conns_per_s": median([r["conns_per_s"] for r in runs])}
+    out["on_shm"] = all(r["on_shm"] for r in runs) if mode == "shunt" else None
+    out["runs"] = runs
+    return out
+
+
+def do_memory(args, out):
+    """bench/memory.py, run as its own program; its verdicts and per-connection figures."""
+    res = subprocess.run([sys.executable, os.path.join(REPO, "bench", "memory.py"),
+                          "--build", args.build, "--out", out], text=True)
+    try:
+        with open(os.path.join(out, "memory.json")) as f:
+            mem = json.load(f)
+    except (OSError, ValueError):
+        return {"error": "bench/memory.py wrote no memory.json (exit %d)" % res.returncode}
+    return {"targets": mem["targets"],
+            "per_conn_kib": {"%s %d" % (r["mode"], r["size"]): r["per_conn_kib"]
+                             for r in mem["runs"]}}
+
+
+def targets(doc):
+    out = []
+
+    def add(ok, text):
+        out.append(("PASS" if ok else "FAIL") + "  " + text)
+
+    if "loop" in doc:
+        k, s = doc["loop"]["kernel"], doc["loop"]["shunt"]
+        add(k["per_conn_us"] >= 3 * s["per_conn_us"],
+            "loop: %.1f us per connection, kernel %.1f us: %.2fx faster (need >= 3x)" % (
+                s["per_conn_us"], k["per_conn_us"], k["per_conn_us"] / s["per_conn_us"]))
+    if "burst" in doc:
+        k, s = doc["burst"]["kernel"], doc["burst"]["shunt"]
+        add(s["seconds"] < k["seconds"], "burst of %d: %.3f s, kernel %.3f s" % (
+            doc["args"]["burst"], s["seconds"], k["seconds"]))
+    if "prefork" in doc:
+        k, s = doc["prefork"]["kernel"], doc["prefork"]["shunt"]
+        add(s["conns_per_s"] >= 2 * k["conns_per_s"],
+            "prefork 4x4: %.0f conn/s, kernel %.0f: %.2fx (need >= 2x)" % (
+                s["conns_per_s"], k["conns_per_s"], s["conns_per_s"] / k["conns_per_s"]))
+    if "memory" in doc:
+        for t in doc["memory"].get("targets", []):
+            add(t["pass"], "memory at rest after %d B each way: %.2f KiB per connection more "
+                "than the kernel (need <= 12)" % (t["size"], t["over_kernel_kib"]))
+        if "error" in doc["memory"]:
+            out.append("FAIL  memory: " + doc["memory"]["error"])
+    for shape in SHAPES:
+        if shape in doc and shape != "memory" and doc[shape]["shunt"].get("on_shm") is False:
+            out.append("FAIL  %s: shunt runs did not all use shared memory" % shape)
+    return out
+
+
+def plot(doc, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("no matplotlib: no plot")
+        return
+    panels = [("loop", [("connect_us", "connect"), ("echo_us", "first echo"),
+                        ("close_us", "close"), ("per_conn_us", "whole loop")], "us"),
+              ("burst", [("open_s", "open"), ("close_s", "close")], "s"),
+              ("prefork", [("conns_per_s", "connections/s")], "/s")]
+    panels = [p for p in panels if p[0] in doc]
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
+    for ax, (shape, metrics, unit) in zip(axes[0], panels):
+        for i, mode in enumerate(("kernel", "shunt")):
+            ax.bar([j + 0.4 * i for j in range(len(metrics))],
+                   [doc[shape][mode][m] for m, _ in metrics], 0.4, label=mode,
+                   color=("tab:blue", "tab:red")[i])
+        ax.set_xticks([j + 0.2 for j in range(len(metrics))])
+        ax.set_xticklabels([lab for _, lab in metrics], fontsize=8)
+        ax.set_ylabel(unit)
+        ax.set_title(shape)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--count", type=int, default=3000, help="connections per loop client")
+    p.add_argument("--burst", type=int, default=10000, help="connections opened at once")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--build", default=os.path.join(REPO, "build"))
+    p.add_argument("--out")
+    args = p.parse_args()
+    args.shapes = args.shapes.split(",")
+    out = args.out or os.path.join(REPO, "bench", "results",
+                                   datetime.datetime.utcnow().strftime("%Y%m%dT%H%M%SZ"))
+    os.makedirs(out, exist_ok=True)
+    doc = {"machine": machine_info(), "git": git_info(REPO), "args": vars(args)}
+    fns = {"loop": do_loop, "burst": do_burst, "prefork": do_prefork}
+    with tempfile.TemporaryDirectory(prefix="shunt-connect-") as tmp:
+        b = Bench(args, tmp)
+        try:
+            for shape in args.shapes:
+                if shape == "memory":
+                    doc["memory"] = do_memory(args, out)
+                    continue
+                doc[shape] = {}
+                for mode in ("kernel", "shunt"):
+                    doc[shape][mode] = fns[shape](b, args, mode)
+                    log("%-8s %-7s %s" % (shape, mode, {k: (round(v, 3) if isinstance(v, float)
+                                                           else v)
+                                                       for k, v in doc[shape][mode].items()
+                                                       if k != "runs"}))
+        finally:
+            stop_daemon(b.shunt_env["SHUNT_SOCKET"])
+    doc["targets"] = targets(doc)
+    for line in doc["targets"]:
+        print(line)
+    path = write_doc(out, "connect", doc)
+    plot(doc, os.path.join(out, "connect.png"))
+    log("wrote %s and connect.png" % path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
