@@ -5,7 +5,6 @@
  * of the connections on its list and sending what they still hold then.
  */
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include "common/log.h"
 #include "preload/conn.h"
 #include "preload/cork.h"
+#include "preload/thread.h"
 #include "preload/util.h"
 
 /*
@@ -91,22 +91,12 @@ static void *timer_main(void *arg)
 /* Start this process's thread. Under lock. */
 static void start(void)
 {
-	sigset_t all, old;
-	pthread_attr_t attr;
-	pthread_t t;
+	static const struct shunt_thread timer = { timer_main, "shunt-cork" };
 	int r;
 
 	if (running == shunt_pid)
 		return;
-	/* No signal of the program's may land in our thread: block them all there. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 64 << 10);
-	r = pthread_create(&t, &attr, timer_main, NULL);
-	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	r = shunt_thread_start(&timer);
 	if (r) {
 		if (!warned)
 			shunt_warn("cannot start the cork timer (%s): bytes held back by TCP_CORK "
@@ -115,7 +105,6 @@ static void start(void)
 		warned = true;
 		return;
 	}
-	pthread_setname_np(t, "shunt-cork");
 	running = shunt_pid;
 }
 

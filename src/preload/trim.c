@@ -7,7 +7,6 @@
  * it sleeps without a timeout: a process at rest is never woken for it.
  */
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,6 +17,7 @@
 #include "common/log.h"
 #include "common/sys.h"
 #include "preload/conn.h"
+#include "preload/thread.h"
 #include "preload/trim.h"
 #include "preload/util.h"
 
@@ -79,8 +79,6 @@ static struct timespec abs_time(int64_t ns)
 static void *trim_main(void *arg)
 {
 	(void)arg;
-	/* Named from inside: prctl, not a write to /proc on the sender's time. */
-	pthread_setname_np(pthread_self(), "shunt-trim");
 	pthread_mutex_lock(&lock);
 	for (;;) {
 		struct shunt_conn *c = first();
@@ -121,22 +119,12 @@ static void *trim_main(void *arg)
 /* Start this process's thread. Under lock. */
 static void start(void)
 {
-	sigset_t all, old;
-	pthread_attr_t attr;
-	pthread_t t;
+	static const struct shunt_thread trimmer = { trim_main, "shunt-trim" };
 	int r;
 
 	if (running == shunt_pid)
 		return;
-	/* No signal of the program's may land in our thread: block them all there. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, 64 << 10);
-	r = pthread_create(&t, &attr, trim_main, NULL);
-	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	r = shunt_thread_start(&trimmer);
 	if (r) {
 		if (!warned)
 			shunt_warn("cannot start the idle trimmer (%s): connections keep the ring "
