@@ -19,7 +19,6 @@ are printed as PASS/FAIL for the reader.
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import subprocess
@@ -27,8 +26,8 @@ import sys
 import tempfile
 import time
 
-from core import (READY_TIMEOUT_S, REPO, free_tcp_port, last_json, log, loud, mode_envs,
-                  spawn, stop, stop_daemon, write_doc)
+from core import (REPO, free_tcp_port, last_json, log, loud, mode_envs, read_stats, spawn,
+                  stop, stop_daemon, wait_ready, write_doc)
 from machine import git_info, machine_info
 
 PAIRS = [1, 2, 4, 8, 32]
@@ -36,21 +35,10 @@ APIS = ["epoll", "poll", "select", "block"]
 PLACEMENTS = {"one-core": (0, 0), "two-cores": (0, 1), "unpinned": (-1, -1)}
 
 
-def wait_ready(path, proc, what):
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not os.path.exists(path):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            out, err = proc.communicate()
-            raise RuntimeError("%s did not start: %s" % (what, err.strip()[-400:]))
-        time.sleep(0.005)
-
-
 def shm_used(stats_path):
     """Whether every connect and accept of a shunt run went over shared memory."""
-    try:
-        with open(stats_path) as f:
-            stats = [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError):
+    stats = read_stats(stats_path)
+    if stats is None:
         return False
     conn = sum(s.get("shm_connect", 0) for s in stats)
     acc = sum(s.get("shm_accept", 0) for s in stats)

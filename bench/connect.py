@@ -29,29 +29,12 @@ import sys
 import tempfile
 import time
 
-from core import READY_TIMEOUT_S, REPO, free_tcp_port, last_json, log, mode_envs, spawn, stop, \
-    stop_daemon, write_doc
+from core import (REPO, free_tcp_port, last_json, log, mode_envs, read_stats, spawn, stop,
+                  stop_daemon, wait_ready, write_doc)
 from machine import git_info, machine_info
 
 SHAPES = ["loop", "burst", "prefork", "memory"]
 PREFORK = 4
-
-
-def wait_ready(path, proc, what):
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not os.path.exists(path):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            _, err = proc.communicate()
-            raise RuntimeError("%s did not start: %s" % (what, err.strip()[-400:]))
-        time.sleep(0.005)
-
-
-def stats_of(path):
-    try:
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError):
-        return []
 
 
 class Bench:
@@ -96,7 +79,7 @@ class Bench:
             stop(srv)
         on_shm = None
         if mode == "shunt":
-            st = stats_of(stats)
+            st = read_stats(stats) or []
             made = sum(int(c[c.index("--count") + 1]) for c in clients)
             shm = sum(s.get("shm_connect", 0) for s in st)
             on_shm = shm >= made and not any(s.get("kernel_connect") for s in st)

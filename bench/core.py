@@ -141,6 +141,27 @@ def spawn(cmd, env):
                             text=True, env=env, start_new_session=True)
 
 
+def wait_ready(path, proc, what):
+    """Wait for a server to write its --ready-file @path; raise, with the end
+    of its stderr, if @proc exits first or READY_TIMEOUT_S passes."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not os.path.exists(path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _, err = proc.communicate()
+            raise RuntimeError("%s did not start: %s" % (what, err.strip()[-400:]))
+        time.sleep(0.005)
+
+
+def read_stats(path):
+    """The SHUNT_STATS lines in @path, one dict per process; None if the file
+    cannot be read or a line is not JSON."""
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return None
+
+
 def stop(proc):
     """Kill the process group we created for proc (by its id) and reap proc."""
     if proc.poll() is None:
@@ -293,11 +314,7 @@ def check_on_shm(rec, stats_path):
     processes report their transport counters (SHUNT_STATS) at exit, and the
     client must have made a shared-memory connect and the server a
     shared-memory accept. Anything else was a measurement of the kernel."""
-    try:
-        with open(stats_path) as f:
-            stats = [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError):
-        stats = None
+    stats = read_stats(stats_path)
     rec["shunt_stats"] = stats
     if not rec.get("ok"):
         return rec

@@ -35,7 +35,6 @@ more than the kernel) is printed as PASS/FAIL for the reader.
 
 import argparse
 import datetime
-import json
 import os
 import re
 import subprocess
@@ -43,8 +42,8 @@ import sys
 import tempfile
 import time
 
-from core import (REPO, free_tcp_port, log, loud, mode_envs, parse_size, stop, stop_daemon,
-                  unix_listener_pids, write_doc)
+from core import (REPO, free_tcp_port, log, loud, mode_envs, parse_size, read_stats, stop,
+                  stop_daemon, unix_listener_pids, write_doc)
 from machine import git_info, machine_info
 
 TARGET_KIB = 12.0
@@ -283,11 +282,7 @@ class Run:
     def check_shm(self, rec):
         """Every connection a circuit: the client's SHUNT_STATS, and one
         circuit mapped per connection in both programs."""
-        try:
-            with open(self.stats) as f:
-                stats = [json.loads(line) for line in f if line.strip()]
-        except (OSError, ValueError):
-            stats = []
+        stats = read_stats(self.stats) or []
         shm = sum(s.get("shm_connect", 0) for s in stats)
         kern = sum(s.get("kernel_connect", 0) + s.get("fallback_policy", 0) +
                    s.get("fallback_error", 0) for s in stats)
