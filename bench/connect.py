@@ -90,44 +90,41 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
-def do_loop(b, args, mode):
-    runs = []
-    for _ in range(args.repeat):
-        recs, _, on_shm = b.session(mode, 1, [["loop", "--count", str(args.count)]])
-        r = recs[0]
-        runs.append({"per_conn_us": r["per_conn_us"], "connect_us": r["connect"]["mean_us"],
-                     "echo_us": r["echo"]["mean_us"], "close_us": r["close"]["mean_us"],
-                     "on_shm": on_shm})
-    out = {k: median([r[k] for r in runs]) for k in runs[0] if k != "on_shm"}
+def repeated(args, mode, once, keys):
+    """--repeat runs of @once() (a dict of figures and on_shm): the medians of
+    @keys, whether every shunt run used shared memory, and the runs."""
+    runs = [once() for _ in range(args.repeat)]
+    out = {k: median([r[k] for r in runs]) for k in keys}
     out["on_shm"] = all(r["on_shm"] for r in runs) if mode == "shunt" else None
     out["runs"] = runs
     return out
+
+
+def do_loop(b, args, mode):
+    def once():
+        recs, _, on_shm = b.session(mode, 1, [["loop", "--count", str(args.count)]])
+        r = recs[0]
+        return {"per_conn_us": r["per_conn_us"], "connect_us": r["connect"]["mean_us"],
+                "echo_us": r["echo"]["mean_us"], "close_us": r["close"]["mean_us"],
+                "on_shm": on_shm}
+    return repeated(args, mode, once, ("per_conn_us", "connect_us", "echo_us", "close_us"))
 
 
 def do_burst(b, args, mode):
-    runs = []
-    for _ in range(args.repeat):
+    def once():
         recs, _, on_shm = b.session(mode, 1, [["burst", "--count", str(args.burst)]])
         r = recs[0]
-        runs.append({"open_s": r["open_s"], "close_s": r["close_s"], "seconds": r["seconds"],
-                     "on_shm": on_shm})
-    out = {k: median([r[k] for r in runs]) for k in ("open_s", "close_s", "seconds")}
-    out["on_shm"] = all(r["on_shm"] for r in runs) if mode == "shunt" else None
-    out["runs"] = runs
-    return out
+        return {"open_s": r["open_s"], "close_s": r["close_s"], "seconds": r["seconds"],
+                "on_shm": on_shm}
+    return repeated(args, mode, once, ("open_s", "close_s", "seconds"))
 
 
 def do_prefork(b, args, mode):
-    runs = []
-    for _ in range(args.repeat):
+    def once():
         clients = [["loop", "--count", str(args.count)] for _ in range(PREFORK)]
-        recs, wall, on_shm = b.session(mode, PREFORK, clients)
-        runs.append({"conns_per_s": PREFORK * args.count / wall, "wall_s": wall,
-                     "on_shm": on_shm})
-    out = {"conns_per_s": median([r["conns_per_s"] for r in runs])}
-    out["on_shm"] = all(r["on_shm"] for r in runs) if mode == "shunt" else None
-    out["runs"] = runs
-    return out
+        _, wall, on_shm = b.session(mode, PREFORK, clients)
+        return {"conns_per_s": PREFORK * args.count / wall, "wall_s": wall, "on_shm": on_shm}
+    return repeated(args, mode, once, ("conns_per_s",))
 
 
 def do_memory(args, out):
