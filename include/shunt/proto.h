@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHUNT_PROTO_VERSION 4u
+#define SHUNT_PROTO_VERSION 5u
 
 enum shunt_msg_type {
 	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied + daemon link */
@@ -194,9 +194,19 @@ struct shunt_msg_connect_kernel {
 	char dflt[16];			/* the default policy's action, when it decided */
 };
 
+enum shunt_accept_flags {
+	/*
+	 * The acceptor took the connection's count off the listener's
+	 * doorbell itself (docs/connect.md): shuntd must not take another.
+	 */
+	SHUNT_ACCEPT_COUNTED = 1u << 0,
+};
+
 struct shunt_msg_accept {
 	struct shunt_msg_hdr h;
 	uint64_t listener;
+	uint32_t flags;			/* enum shunt_accept_flags */
+	uint32_t reserved;
 };
 
 enum shunt_circuit_flags {

@@ -222,7 +222,8 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	}
 	c = shunt_list_first(&l->acceptq, struct circuit, queue_node);
 	shuntd_circuit_unqueue(c);
-	eventfd_read(l->doorbell, &one);
+	if (!(m->flags & SHUNT_ACCEPT_COUNTED))
+		eventfd_read(l->doorbell, &one);
 	shuntd_listener_admit(d, l);
 	h = shuntd_hold_end(c, SHUNT_END_ACCEPTOR, s);
 	if (!h) {

@@ -343,14 +343,14 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 	q->queued_ns = shunt_now_ns();
 	q->client = local;
 	q->dst = *dst;
-	/*
-	 * Counted on the doorbell before it can be taken, so that the count
-	 * never falls short of what is there: an acceptor woken by it finds
-	 * the entry, or finds it a moment later.
-	 */
-	shunt_eventfd_signal(ch->doorbell);
 	/* Q2: pairs with the acceptor's acquire of tail: the entry and the slot are written. */
 	atomic_store_explicit(&ch->hdr->tail, tail + 1, memory_order_release);
+	/*
+	 * Counted on the doorbell once it can be taken: an acceptor takes a
+	 * count before an entry, so a count always finds its connection,
+	 * here or at shuntd (docs/connect.md, "The doorbell").
+	 */
+	shunt_eventfd_signal(ch->doorbell);
 	pthread_mutex_unlock(&tx_lock);
 
 	je.channel = ch->id;
@@ -522,23 +522,33 @@ void shunt_chan_journal(struct shunt_journal_entry *je, int fd)
 	}
 }
 
+bool shunt_chan_count_off(int doorbell)
+{
+	uint64_t one;
+
+	return shunt_syscall(SYS_read, doorbell, &one, sizeof(one)) == sizeof(one);
+}
+
 int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
-		      struct shunt_conn **out, struct shunt_journal_entry *je)
+		      bool *counted, struct shunt_conn **out, struct shunt_journal_entry *je)
 {
 	struct shunt_wire_addr ends[2], peers[2];
 	struct shunt_chan_entry en;
 	struct shunt_chan *ch;
-	uint64_t one;
 
 	while ((ch = oldest(listener))) {
 		uint32_t w;
 
+		/* Each queued entry was counted once, after it was queued: one count, one entry. */
+		if (!*counted && !(*counted = shunt_chan_count_off(doorbell))) {
+			shunt_chan_put(ch);
+			return -EAGAIN;
+		}
 		if (take(ch, &en) < 0) {
 			shunt_chan_put(ch);
 			continue;
 		}
-		/* Each queued entry was counted once, before it was queued. */
-		(void)!shunt_syscall(SYS_read, doorbell, &one, sizeof(one));
+		*counted = false;
 		w = en.slot < ch->slots ? atomic_load(&slot_states(ch)[en.slot]) : 0;
 		if (en.slot >= ch->slots || shunt_slot_state(w) != SHUNT_SLOT_USED ||
 		    shunt_slot_gen(w) != en.gen || shunt_addr_check(&en.client) < 0 ||

@@ -554,13 +554,14 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 	return r;
 }
 
-int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
+int shunt_ctl_accept(int fd, uint64_t listener, bool counted, struct shunt_grant *g)
 {
 	struct shunt_msg_accept m;
 	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_ACCEPT, sizeof(m), 0);
 	m.listener = listener;
+	m.flags = counted ? SHUNT_ACCEPT_COUNTED : 0;
 	r = request_circuit(&m, fd, 2, g, NULL);
 	/*
 	 * shuntd is gone, and what it had queued went with it: nothing to

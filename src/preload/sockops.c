@@ -678,8 +678,11 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 	return nfd;
 }
 
-/* The oldest connection queued in our channels of listener @s (as @fd), as a new socket. */
-static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
+/*
+ * The oldest connection queued in our channels of listener @s (as @fd), as
+ * a new socket; *@counted as shunt_chan_accept has it.
+ */
+static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener, bool *counted,
 				struct sockaddr *addr, socklen_t *alen, int flags)
 {
 	struct shunt_grant none = { .kernel_half = -1, .memfd = -1, .doorbell = -1 };
@@ -695,51 +698,45 @@ static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
 	    shunt_addr_to_wire((struct sockaddr *)&ss, len, &laddr) < 0)
 		return -EAGAIN;
-	r = shunt_chan_accept(listener, &laddr, s->doorbell, &conn, &je);
+	r = shunt_chan_accept(listener, &laddr, s->doorbell, counted, &conn, &je);
 	if (r < 0)
 		return r == -ENOMEM ? -ECONNABORTED : r;
 	return adopt_accepted(s, fd, conn, &none, &je, addr, alen, flags);
 }
 
-/* Whether listener doorbell @bell counts a connection not taken yet. */
-static bool doorbell_rings(int bell)
-{
-	struct pollfd p = { bell, POLLIN, 0 };
-	struct timespec zero = { 0, 0 };
-
-	/* A filter that forbids the look: ask shuntd, as before. */
-	return bell < 0 || shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 8) != 0;
-}
-
-/* Hand out a circuit queued on our listener as a new socket. */
+/*
+ * Hand out a circuit queued on our listener as a new socket. A connection
+ * is counted on the listener's doorbell once it is queued, in a channel or
+ * at shuntd; an acceptor takes a count first and then the oldest entry, so
+ * a count never misses its connection (docs/connect.md, "The doorbell").
+ */
 static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 			  int flags)
 {
 	struct shunt_conn *conn = NULL;
 	struct shunt_grant g;
+	bool counted = false;
 	int r, err;
 
 	uint64_t listener = s->listener;
 
-	/* What our channels hold first, then what shuntd queued itself. */
-	r = accept_from_channels(s, fd, listener, addr, alen, flags);
-	if (r != -EAGAIN)
-		return r;
-	/*
-	 * Another acceptor (a prefork sibling woken by the same doorbell) took
-	 * what it counted: nothing is left for shuntd to hand out either.
-	 */
-	if (!doorbell_rings(s->doorbell))
+	/* Without a doorbell there is nothing to count: shuntd counts. */
+	if (s->doorbell >= 0 && !(counted = shunt_chan_count_off(s->doorbell)))
 		return -EAGAIN;
-	r = shunt_ctl_accept(fd, listener, &g);
+	/* What our channels hold first, then what shuntd queued itself. */
+	r = accept_from_channels(s, fd, listener, &counted, addr, alen, flags);
+	/* Or the count went to an entry a client spoilt, and there is no other. */
+	if (r != -EAGAIN || (s->doorbell >= 0 && !counted))
+		return r;
+	r = shunt_ctl_accept(fd, listener, counted, &g);
 	while (r == SHUNT_USE_CHANNEL) {
 		/* A channel we did not have: its queue may hold what the doorbell counted. */
 		if (shunt_chan_install_listener(&g, listener) < 0)
 			return -EAGAIN;
-		r = accept_from_channels(s, fd, listener, addr, alen, flags);
-		if (r != -EAGAIN)
+		r = accept_from_channels(s, fd, listener, &counted, addr, alen, flags);
+		if (r != -EAGAIN || (s->doorbell >= 0 && !counted))
 			return r;
-		r = shunt_ctl_accept(fd, listener, &g);
+		r = shunt_ctl_accept(fd, listener, counted, &g);
 	}
 	if (r == -ENOENT) {
 		/*
@@ -824,6 +821,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 		    int flags)
 {
 	int64_t deadline = 0;
+	bool looked = false;
 	int kfd = fd, r;
 
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
@@ -871,9 +869,16 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			}
 			continue;
 		}
-		/* A client of ours queues without a system call: look before sleeping. */
-		if (shunt_chan_spin_pending(s->listener, deadline))
+		/*
+		 * A client of ours queues without a system call: look before
+		 * sleeping. Once: its count follows the entry at once, and if
+		 * it is not there yet, its ring wakes us.
+		 */
+		if (!looked && shunt_chan_spin_pending(s->listener, deadline)) {
+			looked = true;
 			continue;
+		}
+		looked = false;
 		if (deadline) {
 			int64_t left = deadline - shunt_now_ns();
 

@@ -20,7 +20,7 @@ import socket
 import struct
 import sys
 
-VERSION = 4  # SHUNT_PROTO_VERSION
+VERSION = 5  # SHUNT_PROTO_VERSION
 HELLO, ACCEPT, CLOSE, LINK, LINK_NEXT, DOWNGRADE = 1, 5, 6, 12, 13, 16
 REPLY = 0x8000
 HELLO_CLAIM = 1
@@ -90,7 +90,7 @@ def main():
     listener.listen(1)
     tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     for i in ids:
-        status, _, fds = sess.ask(ACCEPT, struct.pack("<Q", i), [listener.fileno()])
+        status, _, fds = sess.ask(ACCEPT, struct.pack("<QII", i, 0, 0), [listener.fileno()])
         report("ACCEPT", i, status, fds)
         if i != me:
             status, _, fds = sess.ask(LINK, struct.pack("<Q", i))
