@@ -22,7 +22,7 @@
 #include "shunt/proto.h"
 
 #define SHUNT_JOURNAL_MAGIC 0x6c6e726au /* "jrnl" little-endian */
-#define SHUNT_JOURNAL_VERSION 1u
+#define SHUNT_JOURNAL_VERSION 2u
 
 enum shunt_journal_geometry {
 	SHUNT_JOURNAL_ENTRIES = 4096,	/* a power of two */
@@ -52,6 +52,27 @@ enum shunt_journal_kick {
 	SHUNT_JOURNAL_AWAKE = 1,	/* shuntd will look soon anyway */
 };
 
+/*
+ * The claim word: whether shuntd may still act on the CONNECT that asked
+ * with SHUNT_CONNECT_DEADLINE, held as (seq << 2) | state. The library
+ * writes PENDING before it sends; shuntd turns it to TAKEN before it
+ * touches the socket; the library turns it to ABANDONED when it stops
+ * waiting. Whoever's compare-and-swap fails knows the other came first:
+ * shuntd then only answers (SHUNT_ABANDONED, or a channel for next time),
+ * the library waits for the answer. A newer request's word means the
+ * older one was abandoned.
+ */
+enum shunt_journal_claim {
+	SHUNT_CLAIM_PENDING = 1,
+	SHUNT_CLAIM_TAKEN = 2,
+	SHUNT_CLAIM_ABANDONED = 3,
+};
+
+static inline uint64_t shunt_journal_claim(uint32_t seq, enum shunt_journal_claim state)
+{
+	return (uint64_t)seq << 2 | state;
+}
+
 struct shunt_journal_hdr {
 	/* Written by shuntd before handing it out. */
 	alignas(SHUNT_SHARE_APART) uint32_t magic;
@@ -63,12 +84,14 @@ struct shunt_journal_hdr {
 	alignas(SHUNT_SHARE_APART) _Atomic uint64_t head;
 	/* Written by the library: where the next entry goes (free-running). */
 	alignas(SHUNT_SHARE_APART) _Atomic uint64_t tail;
+	/* Written by both: enum shunt_journal_claim, by compare-and-swap. */
+	alignas(SHUNT_SHARE_APART) _Atomic uint64_t claim;
 	alignas(SHUNT_SHARE_APART) struct shunt_journal_entry entry[SHUNT_JOURNAL_ENTRIES];
 };
 
-_Static_assert(sizeof(struct shunt_journal_entry) == 104, "v1");
-_Static_assert(offsetof(struct shunt_journal_hdr, kick) == SHUNT_SHARE_APART, "v1");
-_Static_assert(offsetof(struct shunt_journal_hdr, entry) == 4 * SHUNT_SHARE_APART, "v1");
+_Static_assert(sizeof(struct shunt_journal_entry) == 104, "v2");
+_Static_assert(offsetof(struct shunt_journal_hdr, kick) == SHUNT_SHARE_APART, "v2");
+_Static_assert(offsetof(struct shunt_journal_hdr, entry) == 5 * SHUNT_SHARE_APART, "v2");
 
 static inline size_t shunt_journal_size(void)
 {

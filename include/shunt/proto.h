@@ -65,6 +65,11 @@ enum shunt_reply_status {
 	 * memfd; for a connect also the listener's doorbell) and try again.
 	 */
 	SHUNT_USE_CHANNEL = 7,
+	/*
+	 * connect: the library stopped waiting before shuntd took the request
+	 * (SHUNT_CONNECT_DEADLINE): nothing was done, the kernel connected it.
+	 */
+	SHUNT_ABANDONED = 8,
 };
 
 /*
@@ -169,6 +174,11 @@ enum shunt_connect_flags {
 	SHUNT_CONNECT_NO_CHANNEL = 1u << 1,
 	/* Every slot of the channel in use is taken: another channel, if one may be had. */
 	SHUNT_CONNECT_CHANNEL_FULL = 1u << 2,
+	/*
+	 * The library may stop waiting: shuntd claims the request in the
+	 * journal's claim word (include/shunt/journal.h) before it acts on it.
+	 */
+	SHUNT_CONNECT_DEADLINE = 1u << 3,
 };
 
 /* CONNECT carries the client's socket, already bound to its local address. */

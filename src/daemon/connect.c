@@ -80,6 +80,12 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	struct channel *ch;
 	struct circuit *c;
 	struct hold *h;
+	/*
+	 * A request the library gave up on is answered and nothing more: the
+	 * kernel is connecting the socket. Only what needs no change to it
+	 * is worth sending back: a channel for the next connect.
+	 */
+	bool abandoned = (m->flags & SHUNT_CONNECT_DEADLINE) && !shuntd_journal_claim(s, m->h.seq);
 	int r = shuntd_socket_facts(fd, &f);
 
 	if (r < 0) {
@@ -101,7 +107,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		shuntd_netns_put(d, ns);
 	}
 	/* Bound only once a listener matched: remote connections keep the kernel's choice. */
-	if (l && !f.local.port && bind_client(fd, &f, &src, &f.local) < 0)
+	if (l && !abandoned && !f.local.port && bind_client(fd, &f, &src, &f.local) < 0)
 		l = NULL;
 	/* Bound to a wildcard address, a socket still reports a real source once connected. */
 	if (l && shunt_addr_is_any(&f.local)) {
@@ -109,6 +115,11 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 
 		f.local = source_for(&src, f.domain);
 		f.local.port = port;
+	}
+	if (abandoned && (r < 0 || !l)) {
+		close(fd);
+		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_ABANDONED);
+		return;
 	}
 	if (r < 0 || !l) {
 		close(fd);
@@ -122,6 +133,11 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	}
 	/* Who may talk to whom, and within what limits (tenant.c). */
 	r = shuntd_tenant_admit(d, s, l, &m->dst, &why);
+	if (abandoned && r != SHUNT_OK) {
+		close(fd);
+		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_ABANDONED);
+		return;
+	}
 	if (r == SHUNT_KERNEL_POLICY) {
 		/* The reply says who and what decided, for the program's log. */
 		struct shunt_msg_connect_kernel reply;
@@ -156,6 +172,11 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		/* Links now, as for a circuit of ours: waking epoll waiters must not need us later. */
 		shuntd_link_prepare(d, s, l);
 		shuntd_chan_reply(s, ch, SHUNT_MSG_CONNECT, m->h.seq, &bind_to, l->doorbell);
+		return;
+	}
+	if (abandoned) {
+		close(fd);
+		shuntd_session_reply_status(s, SHUNT_MSG_CONNECT, m->h.seq, SHUNT_ABANDONED);
 		return;
 	}
 	c = shuntd_circuit_create(d, d->cfg.ring_size);

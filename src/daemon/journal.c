@@ -152,6 +152,16 @@ void shuntd_journal_read(struct shuntd *d, struct session *s)
 	}
 }
 
+bool shuntd_journal_claim(struct session *s, uint32_t seq)
+{
+	uint64_t want = shunt_journal_claim(seq, SHUNT_CLAIM_PENDING);
+
+	if (!s->journal)
+		return false;
+	return atomic_compare_exchange_strong(&s->journal->hdr->claim, &want,
+					      shunt_journal_claim(seq, SHUNT_CLAIM_TAKEN));
+}
+
 void shuntd_journal_read_all(struct shuntd *d)
 {
 	struct session *s;

@@ -132,6 +132,8 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	shunt_list_init(&l->synq);
 	shunt_list_init(&l->deferq);
 	shunt_list_init(&l->channels);
+	/* Published before the reply: a connect after listen() returned asks. */
+	shuntd_directory_listener(&l->addr, 1);
 	char a[SHUNT_ADDR_STRLEN];
 
 	shunt_debug("listener %llu: %s backlog %u (pid %d)", (unsigned long long)l->id,
@@ -304,6 +306,7 @@ void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
 		free(h);
 	}
 	shunt_map_del(&d->listeners, l->id);
+	shuntd_directory_listener(&l->addr, -1);
 	close(l->doorbell);
 	shuntd_netns_put(d, l->ns);
 	free(l);

@@ -377,6 +377,10 @@ int main(int argc, char **argv)
 	shunt_list_init(&d.adopt_pending);
 	if (shuntd_netns_init(&d) < 0)
 		return 1;
+	/* Without it every connect asks, as before: worth a warning, not an exit. */
+	r = shuntd_directory_init();
+	if (r < 0)
+		shunt_warn("no directory of listened ports (%s): every connect asks", strerror(-r));
 	if (open_control_socket(&d) < 0)
 		return 1;
 	if (shuntd_loop_init(&d) < 0 || shuntd_metrics_init(&d) < 0) {

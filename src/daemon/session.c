@@ -129,7 +129,7 @@ static bool has_reply(uint16_t type)
 static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m)
 {
 	struct shunt_msg_hello_reply r;
-	int fds[4];
+	int fds[5];
 	unsigned nfds = 2;
 
 	shunt_proto_init(&r, SHUNT_MSG_HELLO | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
@@ -150,6 +150,9 @@ static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_he
 	if (s->journal || shuntd_journal_make(d, s) == 0) {
 		fds[nfds++] = s->journal->memfd;
 		fds[nfds++] = s->journal->kick;
+		/* The directory comes only with a journal: 2, 4 or 5 descriptors. */
+		if (shuntd_directory_fd() >= 0)
+			fds[nfds++] = shuntd_directory_fd();
 	}
 	shuntd_session_reply(s, &r, fds, nfds);
 }

@@ -525,6 +525,12 @@ void shuntd_journal_free(struct shuntd *d, struct session *s);
 void shuntd_journal_read(struct shuntd *d, struct session *s);
 /* Read every session's journal (status, metrics: what they show must be whole). */
 void shuntd_journal_read_all(struct shuntd *d);
+/*
+ * Take request @seq of @s, which the library may give up on (its claim
+ * word, include/shunt/journal.h): false if it already did, or the word says
+ * anything else; then nothing may be done to what the request carries.
+ */
+bool shuntd_journal_claim(struct session *s, uint32_t seq);
 /* The process kicked its journal. */
 void shuntd_journal_kicked(struct shuntd *d, struct journal *j);
 /* Milliseconds until awake journals need a look (-1: none), and the look. */
@@ -565,8 +571,23 @@ int shuntd_companion_fetch(struct shuntd *d, struct circuit *c, unsigned end);
  */
 int shuntd_companion_release(struct circuit *c, const int kfd[2]);
 
+/*
+ * directory.c: the ports listened on, published read-only
+ * (include/shunt/directory.h). _init makes it (0 or -errno); _fd is its
+ * memfd, for HELLO replies (-1 without one); _listener counts a listener
+ * bound to @addr in (@delta 1) or out (-1).
+ */
+int shuntd_directory_init(void);
+int shuntd_directory_fd(void);
+void shuntd_directory_listener(const struct shunt_wire_addr *addr, int delta);
+
 /* shm.c: a sealed, anonymous memfd of @size bytes, or -errno */
 int shuntd_memfd_sealed(const char *name, size_t size);
+/*
+ * shm.c: the same, mapped writable at *@map for shuntd, then sealed so
+ * that whoever it is handed to can map it only read-only.
+ */
+int shuntd_memfd_published(const char *name, size_t size, void **map);
 
 /* link.c */
 /* The daemon link of a new session; -errno if it cannot be made. */

@@ -15,6 +15,7 @@
 #include "common/sys.h"
 #include "preload/chan.h"
 #include "preload/control.h"
+#include "preload/directory.h"
 #include "preload/fdlimit.h"
 #include "preload/journal.h"
 #include "preload/plink.h"
@@ -41,9 +42,25 @@ static _Atomic uint64_t session_id;	/* written under ctl_lock; 0: no session */
 static uint64_t claim_ticket, claim_secret;	/* under ctl_lock: a fork child's first HELLO */
 static bool claim_exec;			/* under ctl_lock: a new image's first HELLO */
 static int exec_claimed = -ENOENT;	/* under ctl_lock: what that HELLO's claim said */
+/*
+ * Patience (docs/connect.md, "When shuntd is slow"): a connect waits for
+ * shuntd at most ctl_patience_ns, then lets the kernel connect. Until the
+ * reply it gave up on (or a HELLO's) arrives, shuntd is late: connects do
+ * not ask, requests that must be answered wait for that reply first.
+ */
+static int64_t ctl_patience_ns = 50000000;	/* SHUNT_CONNECT_WAIT_US */
+static bool ctl_hello_pending;		/* under ctl_lock: HELLO sent, not answered */
+static struct shunt_msg_hello ctl_hello;	/* under ctl_lock: that HELLO */
+static bool ctl_late;			/* under ctl_lock: a CONNECT was given up on... */
+static uint32_t ctl_late_seq;		/* ...this one... */
+static struct shunt_wire_addr ctl_late_dst;	/* ...to there (a late channel is kept) */
 
 void shunt_ctl_init(void)
 {
+	const char *wait = getenv("SHUNT_CONNECT_WAIT_US");
+
+	if (wait && *wait)
+		ctl_patience_ns = (int64_t)strtoull(wait, NULL, 10) * 1000;
 	const char *path = getenv("SHUNT_SOCKET");
 
 	if (!path || !*path)
@@ -72,6 +89,7 @@ void shunt_ctl_after_fork(void)
 	ctl_fd = -1;
 	ctl_retry_at = 0;
 	claim_ticket = 0;
+	ctl_hello_pending = ctl_late = false;
 	atomic_store(&session_id, 0);
 }
 
@@ -87,9 +105,11 @@ static void drop_session(const char *why, int err)
 			   ctl_addr.sun_path, why, strerror(err));
 	ctl_warned = true;
 	shunt_journal_drop();
+	shunt_directory_drop();
 	shunt_chan_drop_all();
 	shunt_close_hidden(ctl_fd);
 	ctl_fd = -1;
+	ctl_hello_pending = ctl_late = false;
 	atomic_store(&session_id, 0);
 	ctl_retry_at = shunt_now_ns() + 1000000000;
 	shunt_relisten_lost();
@@ -111,14 +131,22 @@ struct answer {
 	bool truncated;
 };
 
-static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answer *a);
+struct patience;
+static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answer *a,
+			   const struct patience *pt);
+static int receive_locked(const struct shunt_msg_hdr *h, struct answer *a);
+static bool catch_up_locked(int64_t deadline);
+static int take_grant(int status, const void *reply, int *rfds, unsigned n,
+		      struct shunt_grant *g);
 
 /* No session for now, for want of descriptors: nothing to warn about, nothing lost. */
 static void close_quietly_locked(void)
 {
 	shunt_journal_drop();
+	shunt_directory_drop();
 	shunt_close_hidden(ctl_fd);
 	ctl_fd = -1;
+	ctl_hello_pending = ctl_late = false;
 	atomic_store(&session_id, 0);
 	ctl_retry_at = shunt_now_ns() + 1000000000;
 }
@@ -157,14 +185,109 @@ bool shunt_ctl_usable(const struct shunt_chain *c)
 	return ok;
 }
 
-static int open_session_locked(void)
+/*
+ * Wait until the session's socket has something to read: 1, or 0 when
+ * @deadline (CLOCK_MONOTONIC, ns) passed first. -1: no deadline (the
+ * receive blocks). A filter that forbids the look makes it block too.
+ */
+static int reply_ready_locked(int64_t deadline)
 {
-	struct shunt_msg_hello hello;
-	struct answer a = { .want = 4 };
+	struct pollfd p = { ctl_fd, POLLIN, 0 };
+
+	if (deadline < 0)
+		return 1;
+	for (;;) {
+		int64_t left = deadline - shunt_now_ns();
+		struct timespec ts = { 0, 0 };
+		long r;
+
+		if (left > 0)
+			ts = (struct timespec){ left / 1000000000, left % 1000000000 };
+		r = shunt_syscall(SYS_ppoll, &p, 1, &ts, NULL, 8);
+		if (r != 0)
+			return r > 0 || errno != EINTR ? 1 : (left > 0 ? 0 : 1) * 0 + (left > 0);
+		return 0;
+	}
+}
+
+/* The HELLO's reply is in @a (status @r): take the session it opens. */
+static int hello_answered_locked(int r, struct answer *a)
+{
+	if (r == -EMFILE || (r == SHUNT_OK && a->truncated)) {
+		/* Out of descriptors: shuntd ends the session it began when we close. */
+		shunt_proto_close_fds(a->fds, a->nfds);
+		close_quietly_locked();
+		return -ENOTCONN;
+	}
+	/* The daemon link, and the journal if shuntd keeps one for us, and its directory. */
+	if (r != SHUNT_OK || (a->nfds != 2 && a->nfds != 4 && a->nfds != 5)) {
+		shunt_proto_close_fds(a->fds, a->nfds);
+		drop_session("hello", r < 0 ? -r : EPROTO);
+		return -ENOTCONN;
+	}
+	if (a->nfds >= 4 && shunt_journal_install(a->fds[2], a->fds[3]) < 0)
+		shunt_info("shuntd's journal could not be mapped; every connect asks shuntd");
+	if (a->nfds == 5 && shunt_directory_install(a->fds[4]) < 0)
+		shunt_info("shuntd's directory could not be mapped; every connect asks shuntd");
+	const struct shunt_msg_hello_reply *hr = (const void *)a->buf;
+	bool claimed = (ctl_hello.flags & SHUNT_HELLO_CLAIM) && !hr->claim;
+
+	ctl_claimed = claimed;
+	if (ctl_hello.flags & SHUNT_HELLO_EXEC)
+		exec_claimed = hr->claim;
+
+	if ((ctl_hello.flags & SHUNT_HELLO_CLAIM) && hr->claim)
+		shunt_warn("shuntd refused this fork child its parent's sockets (%s); "
+			   "they may end when the parent closes them", strerror(-hr->claim));
+	if (shunt_plink_install_daemon(hr->link, a->fds) < 0) {
+		drop_session("daemon link", EPROTO);
+		return -ENOTCONN;
+	}
+	atomic_store(&session_id, hr->session);
+	if (ctl_warned && ctl_had_session)
+		shunt_info("shuntd at %s answers again", ctl_addr.sun_path);
+	ctl_warned = false;
+	/*
+	 * Not the first session, and not a fork child's claim of what its
+	 * parent holds: this daemon knows none of our listeners (a restarted
+	 * shuntd, or one that dropped us). They are registered again.
+	 */
+	if (ctl_had_session && !claimed)
+		shunt_relisten_renew();
+	ctl_had_session = true;
+	return 0;
+}
+
+/* The HELLO sent earlier, answered by @deadline (-1: however long it takes), or -ETIMEDOUT. */
+static int hello_reply_locked(int64_t deadline)
+{
+	struct answer a = { .want = 5 };
+	int r = reply_ready_locked(deadline);
+
+	if (r == 0) {
+		if (deadline)
+			shunt_stats.late_waits++;
+		return -ETIMEDOUT;
+	}
+	ctl_hello_pending = false;
+	r = receive_locked(&ctl_hello.h, &a);
+	if (r == -ENOTCONN)
+		return r;
+	return hello_answered_locked(r, &a);
+}
+
+/*
+ * A session, answered by @deadline (-1: none): 0, -ETIMEDOUT (the HELLO
+ * stays sent; a later call takes its reply) or -ENOTCONN.
+ */
+static int open_session_locked(int64_t deadline)
+{
+	int held[SHUNT_MSG_MAX_FDS];
 	int fd, r;
 
+	/* A HELLO answered late: shuntd is late, a connect does not wait for it again. */
 	if (ctl_fd >= 0)
-		return 0;
+		return ctl_hello_pending ? hello_reply_locked(deadline < 0 ? -1 : 0) : 0;
 	if (!ctl_addr.sun_path[0] || shunt_now_ns() < ctl_retry_at ||
 	    !may_ask(shunt_seccomp_chain(), -1))
 		return -ENOTCONN;
@@ -188,79 +311,105 @@ static int open_session_locked(void)
 		ctl_retry_at = shunt_now_ns() + 1000000000;
 		return -ENOTCONN;
 	}
-	shunt_proto_init(&hello, SHUNT_MSG_HELLO, sizeof(hello), 0);
+	shunt_proto_init(&ctl_hello, SHUNT_MSG_HELLO, sizeof(ctl_hello), 0);
 	if (claim_ticket) {
-		hello.flags = SHUNT_HELLO_CLAIM;
-		hello.ticket = claim_ticket;
-		hello.secret = claim_secret;
+		ctl_hello.flags = SHUNT_HELLO_CLAIM;
+		ctl_hello.ticket = claim_ticket;
+		ctl_hello.secret = claim_secret;
 		claim_ticket = 0;
 	} else if (claim_exec) {
-		hello.flags = SHUNT_HELLO_EXEC;
+		ctl_hello.flags = SHUNT_HELLO_EXEC;
 		claim_exec = false;
 	}
-	r = exchange_locked(&hello, NULL, 0, &a);
-	if (r == -EMFILE || (r == SHUNT_OK && a.truncated)) {
-		/* Out of descriptors: shuntd ends the session it began when we close. */
-		shunt_proto_close_fds(a.fds, a.nfds);
+	/* Room for the reply's descriptors, or no session for now. */
+	if (shunt_fdlimit_hold(ctl_fd, 5, held) < 0) {
 		close_quietly_locked();
 		return -ENOTCONN;
 	}
-	/* The daemon link, and the journal if shuntd keeps one for us. */
-	if (r != SHUNT_OK || (a.nfds != 2 && a.nfds != 4)) {
-		shunt_proto_close_fds(a.fds, a.nfds);
-		drop_session("hello", r < 0 ? -r : EPROTO);
+	ctl_hello.h.seq = ++ctl_seq;
+	r = shunt_proto_send(ctl_fd, &ctl_hello, NULL, 0);
+	shunt_fdlimit_release(5, held);
+	if (r < 0) {
+		drop_session("send", -r);
 		return -ENOTCONN;
 	}
-	if (a.nfds == 4 && shunt_journal_install(a.fds[2], a.fds[3]) < 0)
-		shunt_info("shuntd's journal could not be mapped; every connect asks shuntd");
-	const struct shunt_msg_hello_reply *hr = (const void *)a.buf;
-	bool claimed = (hello.flags & SHUNT_HELLO_CLAIM) && !hr->claim;
-
-	ctl_claimed = claimed;
-	if (hello.flags & SHUNT_HELLO_EXEC)
-		exec_claimed = hr->claim;
-
-	if ((hello.flags & SHUNT_HELLO_CLAIM) && hr->claim)
-		shunt_warn("shuntd refused this fork child its parent's sockets (%s); "
-			   "they may end when the parent closes them", strerror(-hr->claim));
-	if (shunt_plink_install_daemon(hr->link, a.fds) < 0) {
-		drop_session("daemon link", EPROTO);
-		return -ENOTCONN;
-	}
-	atomic_store(&session_id, hr->session);
-	if (ctl_warned && ctl_had_session)
-		shunt_info("shuntd at %s answers again", ctl_addr.sun_path);
-	ctl_warned = false;
-	/*
-	 * Not the first session, and not a fork child's claim of what its
-	 * parent holds: this daemon knows none of our listeners (a restarted
-	 * shuntd, or one that dropped us). They are registered again.
-	 */
-	if (ctl_had_session && !claimed)
-		shunt_relisten_renew();
-	ctl_had_session = true;
-	return 0;
+	ctl_hello_pending = true;
+	return hello_reply_locked(deadline);
 }
 
 /*
- * Send @req and wait for its reply, into @a. The reply must answer this
+ * Take the reply to the connect given up on, if it came by @deadline (0:
+ * only if it is here; -1: however long it takes), and the HELLO's before
+ * it. True once nothing is late any more (the session may be gone).
+ */
+static bool catch_up_locked(int64_t deadline)
+{
+	struct answer a = { .want = 2 };
+	struct shunt_msg_hdr h;
+	struct shunt_grant g;
+	int r;
+
+	if (ctl_fd < 0)
+		return true;
+	if (ctl_hello_pending && hello_reply_locked(deadline) == -ETIMEDOUT)
+		return false;
+	if (!ctl_late)
+		return true;
+	if (reply_ready_locked(deadline) == 0)
+		return false;
+	ctl_late = false;
+	shunt_proto_init(&h, SHUNT_MSG_CONNECT, sizeof(h), ctl_late_seq);
+	r = receive_locked(&h, &a);
+	if (r == SHUNT_USE_CHANNEL && !a.truncated) {
+		/* A channel needs no socket: the next connect there uses it. */
+		if (take_grant(r, a.buf, a.fds, a.nfds, &g) == SHUNT_USE_CHANNEL)
+			shunt_chan_install_client(&g, &ctl_late_dst);
+		return true;
+	}
+	shunt_proto_close_fds(a.fds, a.nfds);
+	return true;
+}
+
+/*
+ * How long a request may be waited for: until @deadline (CLOCK_MONOTONIC,
+ * ns), for a CONNECT to @dst whose @flags then get SHUNT_CONNECT_DEADLINE.
+ */
+struct patience {
+	int64_t deadline;
+	uint32_t *flags;
+	const struct shunt_wire_addr *dst;
+};
+
+/*
+ * Send @req and wait for its reply, into @a; with @pt, give it up at its
+ * deadline if shuntd has not taken it by then. The reply must answer this
  * request: same type and sequence number, and a well-formed message.
  * Returns the reply's status (>= 0), -EMFILE when there is no room for the
- * descriptors it may carry (nothing was sent), or -errno; on a transport
+ * descriptors it may carry (nothing was sent), -ETIMEDOUT when it was
+ * given up (or not sent, shuntd being late), or -errno; on a transport
  * error the session is dropped. The caller closes @a->fds.
  */
-static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answer *a)
+static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answer *a,
+			   const struct patience *pt)
 {
 	struct shunt_msg_hdr *h = req;
 	int held[SHUNT_MSG_MAX_FDS];
-	ssize_t len;
+	bool may_give_up;
 	int r;
 
 	a->nfds = 0;
 	a->truncated = false;
+	/* What shuntd answers late comes first; while it is late, a connect does not ask. */
+	if (!catch_up_locked(pt ? 0 : -1))
+		return -ETIMEDOUT;
+	if (ctl_fd < 0)
+		return -ENOTCONN;
 	if (shunt_fdlimit_hold(ctl_fd, a->want, held) < 0)
 		return -EMFILE;
 	h->seq = ++ctl_seq;
+	may_give_up = pt && shunt_journal_claim_offer(h->seq);
+	if (may_give_up)
+		*pt->flags |= SHUNT_CONNECT_DEADLINE;
 	r = shunt_proto_send(ctl_fd, req, fds, nfds);
 	/* The reply's descriptors are installed when we receive it: room for them now. */
 	shunt_fdlimit_release(a->want, held);
@@ -268,7 +417,22 @@ static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answ
 		drop_session("send", -r);
 		return -ENOTCONN;
 	}
-	len = shunt_proto_recv_reply(ctl_fd, a->buf, a->fds, &a->nfds, &a->truncated);
+	if (may_give_up && reply_ready_locked(pt->deadline) == 0 &&
+	    shunt_journal_claim_withdraw(h->seq)) {
+		ctl_late = true;
+		ctl_late_seq = h->seq;
+		ctl_late_dst = *pt->dst;
+		shunt_stats.late_waits++;
+		return -ETIMEDOUT;
+	}
+	return receive_locked(h, a);
+}
+
+/* The reply to request @h, into @a: its status, or -ENOTCONN (the session is dropped). */
+static int receive_locked(const struct shunt_msg_hdr *h, struct answer *a)
+{
+	ssize_t len = shunt_proto_recv_reply(ctl_fd, a->buf, a->fds, &a->nfds, &a->truncated);
+
 	if (len <= 0) {
 		drop_session("receive", len ? (int)-len : ECONNRESET);
 		return -ENOTCONN;
@@ -288,23 +452,29 @@ static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answ
 	return rh->status;
 }
 
-static int request(void *req, const int *fds, unsigned nfds, struct answer *a)
+static int request_within(void *req, const int *fds, unsigned nfds, struct answer *a,
+			  const struct patience *pt)
 {
 	int r;
 
 	pthread_mutex_lock(&ctl_lock);
-	r = open_session_locked();
+	r = open_session_locked(pt ? pt->deadline : -1);
 	/* A seccomp filter that forbids the exchange: as if shuntd were gone. */
 	if (r == 0 && !may_ask(shunt_seccomp_chain(), ctl_fd))
 		r = -ENOTCONN;
 	if (r == 0) {
-		r = exchange_locked(req, fds, nfds, a);
+		r = exchange_locked(req, fds, nfds, a, pt);
 	} else {
 		a->nfds = 0;
 		a->truncated = false;
 	}
 	pthread_mutex_unlock(&ctl_lock);
 	return r;
+}
+
+static int request(void *req, const int *fds, unsigned nfds, struct answer *a)
+{
+	return request_within(req, fds, nfds, a, NULL);
 }
 
 /* A request whose reply carries no descriptor we want: 0, a status, or -errno. */
@@ -324,7 +494,7 @@ uint64_t shunt_ctl_session(void)
 	if (id)
 		return id;
 	pthread_mutex_lock(&ctl_lock);
-	open_session_locked();
+	open_session_locked(-1);
 	pthread_mutex_unlock(&ctl_lock);
 	return atomic_load_explicit(&session_id, memory_order_acquire);
 }
@@ -341,7 +511,7 @@ int shunt_ctl_claim(uint64_t ticket, uint64_t secret)
 	pthread_mutex_lock(&ctl_lock);
 	claim_ticket = ticket;
 	claim_secret = secret;
-	r = open_session_locked();
+	r = open_session_locked(-1);
 	if (r == 0 && !ctl_claimed)
 		r = -EACCES;
 	claim_ticket = 0;
@@ -420,7 +590,7 @@ void shunt_ctl_unlisten(uint64_t listener, bool shutdown)
 	 */
 	pthread_mutex_lock(&ctl_lock);
 	if (ctl_fd >= 0 && may_ask(shunt_seccomp_chain(), ctl_fd)) {
-		exchange_locked(&m, NULL, 0, &a);
+		exchange_locked(&m, NULL, 0, &a, NULL);
 		shunt_proto_close_fds(a.fds, a.nfds);
 	}
 	pthread_mutex_unlock(&ctl_lock);
@@ -496,7 +666,7 @@ static void withdraw(const struct shunt_msg_circuit *c, int fd)
 		if (r < 0) {
 			drop_session("send", -r);
 		} else {
-			exchange_locked(&barrier, NULL, 0, &a);
+			exchange_locked(&barrier, NULL, 0, &a, NULL);
 			shunt_proto_close_fds(a.fds, a.nfds);
 		}
 	}
@@ -510,10 +680,10 @@ static void withdraw(const struct shunt_msg_circuit *c, int fd)
  * policy left to the kernel comes with its reason, copied to @why if given.
  */
 static int request_circuit(void *req, int fd, unsigned want, struct shunt_grant *g,
-			   struct shunt_msg_connect_kernel *why)
+			   struct shunt_msg_connect_kernel *why, const struct patience *pt)
 {
 	struct answer a = { .want = want };
-	int r = request(req, &fd, 1, &a);
+	int r = request_within(req, &fd, 1, &a, pt);
 
 	if (r == SHUNT_USE_CHANNEL && a.truncated) {
 		/* Not delivered whole: do without it (the next connect asks again). */
@@ -548,9 +718,14 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 	shunt_proto_init(&m, SHUNT_MSG_CONNECT, sizeof(m), 0);
 	m.dst = *dst;
 	m.flags = flags;
-	r = request_circuit(&m, fd, 1, g, why);
+	struct patience pt = {
+		.deadline = shunt_now_ns() + ctl_patience_ns, .flags = &m.flags, .dst = dst,
+	};
+	r = request_circuit(&m, fd, 1, g, why, &pt);
 	if (r == -ENOTCONN)
 		shunt_stats.fallback_nodaemon++;
+	else if (r == -ETIMEDOUT)
+		shunt_stats.fallback_late++;
 	return r;
 }
 
@@ -562,7 +737,7 @@ int shunt_ctl_accept(int fd, uint64_t listener, bool counted, struct shunt_grant
 	shunt_proto_init(&m, SHUNT_MSG_ACCEPT, sizeof(m), 0);
 	m.listener = listener;
 	m.flags = counted ? SHUNT_ACCEPT_COUNTED : 0;
-	r = request_circuit(&m, fd, 2, g, NULL);
+	r = request_circuit(&m, fd, 2, g, NULL, NULL);
 	/*
 	 * shuntd is gone, and what it had queued went with it: nothing to
 	 * take, the kernel's queue is still there (and the stale doorbell is
@@ -597,7 +772,10 @@ bool shunt_ctl_alive(void)
 	bool alive = false;
 
 	pthread_mutex_lock(&ctl_lock);
-	if (ctl_fd >= 0) {
+	/* A late reply that came is taken; one still to come says shuntd lives. */
+	if (!catch_up_locked(0)) {
+		alive = true;
+	} else if (ctl_fd >= 0) {
 		/* shuntd never speaks first: anything to read is its end (EOF). */
 		struct pollfd p = { ctl_fd, POLLIN, 0 };
 		struct timespec zero = { 0, 0 };
@@ -785,7 +963,7 @@ int shunt_ctl_exec_claim(void)
 	}
 	claim_exec = true;
 	exec_claimed = -ENOENT;
-	r = open_session_locked();
+	r = open_session_locked(-1);
 	claim_exec = false;
 	if (r == 0)
 		r = exec_claimed;

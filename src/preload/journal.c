@@ -123,6 +123,30 @@ out:
 	return r;
 }
 
+bool shunt_journal_claim_offer(uint32_t seq)
+{
+	bool r;
+
+	pthread_mutex_lock(&lock);
+	r = journal != NULL;
+	if (r)
+		atomic_store(&journal->claim, shunt_journal_claim(seq, SHUNT_CLAIM_PENDING));
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+bool shunt_journal_claim_withdraw(uint32_t seq)
+{
+	uint64_t want = shunt_journal_claim(seq, SHUNT_CLAIM_PENDING);
+	bool r;
+
+	pthread_mutex_lock(&lock);
+	r = journal && atomic_compare_exchange_strong(&journal->claim, &want,
+						      shunt_journal_claim(seq, SHUNT_CLAIM_ABANDONED));
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
 void shunt_journal_fork_prepare(void)
 {
 	pthread_mutex_lock(&lock);

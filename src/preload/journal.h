@@ -9,6 +9,7 @@
 #define SHUNT_PRELOAD_JOURNAL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "shunt/journal.h"
 
@@ -31,6 +32,15 @@ bool shunt_journal_ready(void);
  * which reads the journal first).
  */
 int shunt_journal_add(const struct shunt_journal_entry *e);
+
+/*
+ * The claim word (include/shunt/journal.h) of a request that may be given
+ * up: _offer marks request @seq pending before it is sent (false without a
+ * journal: then it cannot be given up); _withdraw gives it up, true if
+ * shuntd had not taken it (and now never will).
+ */
+bool shunt_journal_claim_offer(uint32_t seq);
+bool shunt_journal_claim_withdraw(uint32_t seq);
 
 /* Around fork: no thread is half-way through an append. */
 void shunt_journal_fork_prepare(void);

@@ -20,6 +20,7 @@
 #include "preload/chan.h"
 #include "preload/conn.h"
 #include "preload/control.h"
+#include "preload/directory.h"
 #include "preload/epoll.h"
 #include "preload/explain.h"
 #include "preload/fault.h"
@@ -488,6 +489,13 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 		pthread_mutex_unlock(&s->lock);
 		return r;
 	}
+	/* Nobody under shunt listens there: asking could only be answered "the kernel". */
+	if (r == -ENOENT && shunt_directory_nobody_listens(&dst)) {
+		shunt_stats.kernel_unlistened++;
+		pthread_mutex_unlock(&s->lock);
+		*next = CONNECT_KERNEL;
+		return 0;
+	}
 	flags = (nonblock ? SHUNT_CONNECT_NONBLOCK : 0) |
 		(r == -EAGAIN ? SHUNT_CONNECT_NO_CHANNEL : 0) |
 		(r == -ENOSPC ? SHUNT_CONNECT_CHANNEL_FULL : 0);
@@ -534,9 +542,11 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 			explain_policy(what, &why);
 		else if (r == SHUNT_KERNEL_LIMIT)
 			shunt_info("%s: a tenant's limit is reached; using the kernel", what);
+		else if (r == -ETIMEDOUT)
+			shunt_debug("%s: shuntd did not answer in time; using the kernel", what);
 		else if (r == SHUNT_KERNEL_RESOURCES || r < 0)
 			shunt_explain_fallback(what, r < 0 ? r : -ENOMEM);
-		if (r < 0 && r != -ENOTCONN)
+		if (r < 0 && r != -ENOTCONN && r != -ETIMEDOUT)
 			shunt_stats.fallback_error++;
 		pthread_mutex_unlock(&s->lock);
 		*next = CONNECT_KERNEL;

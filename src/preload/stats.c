@@ -87,7 +87,8 @@ static void report(void)
 		     "\"shm_tx_bytes\":%llu,\"shm_rx_bytes\":%llu,"
 		     "\"fallback_nodaemon\":%llu,\"fallback_error\":%llu,"
 		     "\"fallback_policy\":%llu,\"fallback_limit\":%llu,\"policy_refused\":%llu,"
-		     "\"fallback_seccomp\":%llu,\"trim_idle\":%llu,\"trim_read\":%llu}\n",
+		     "\"fallback_seccomp\":%llu,\"fallback_late\":%llu,\"late_waits\":%llu,"
+		     "\"kernel_unlistened\":%llu,\"trim_idle\":%llu,\"trim_read\":%llu}\n",
 		     pid, (unsigned long long)shunt_stats.shm_connect,
 		     (unsigned long long)shunt_stats.shm_accept,
 		     (unsigned long long)shunt_stats.kernel_connect,
@@ -99,6 +100,9 @@ static void report(void)
 		     (unsigned long long)shunt_stats.fallback_limit,
 		     (unsigned long long)shunt_stats.policy_refused,
 		     (unsigned long long)shunt_stats.fallback_seccomp,
+		     (unsigned long long)shunt_stats.fallback_late,
+		     (unsigned long long)shunt_stats.late_waits,
+		     (unsigned long long)shunt_stats.kernel_unlistened,
 		     (unsigned long long)shunt_stats.trim_idle,
 		     (unsigned long long)shunt_stats.trim_read);
 	fd = atomic_load(&kept_fd);

@@ -23,6 +23,9 @@ struct shunt_stats {
 	_Atomic uint64_t fallback_limit;	/* a tenant's limit did */
 	_Atomic uint64_t policy_refused;	/* the policy refused the connect */
 	_Atomic uint64_t fallback_seccomp;	/* a seccomp filter forbids what a circuit needs */
+	_Atomic uint64_t fallback_late;		/* shuntd was late (SHUNT_CONNECT_WAIT_US): the kernel */
+	_Atomic uint64_t late_waits;		/* of those, connects that waited for it in vain */
+	_Atomic uint64_t kernel_unlistened;	/* shuntd's directory: no listener there, not asked */
 	_Atomic uint64_t trim_idle;		/* tx rings the idle trimmer gave pages of back */
 	_Atomic uint64_t trim_read;		/* receives that gave back the pages they emptied */
 	_Atomic int max_fd;			/* highest fd ever made a shunt socket */

@@ -423,10 +423,12 @@ def test_no_process_obtains_another_connections_circuit(pair, shunt_cli, shunt_s
         assert not [f for f in r["fds"] if any(n in f for n in SHARED)], \
             f"a circuit was handed out: {r}"
         if r["req"] in ("HELLO", "CLAIM"):
-            # Only its own session's daemon link and journal: memfds and eventfds.
+            # Only its own session's daemon link and journal (memfds and eventfds),
+            # and shuntd's directory, which every session reads.
             assert r["status"] == 0 and sorted(r["fds"]) == \
-                ["/memfd:shunt-journal (deleted)", "/memfd:shunt-link (deleted)",
-                 "anon_inode:[eventfd]", "anon_inode:[eventfd]"], r
+                ["/memfd:shunt-directory (deleted)", "/memfd:shunt-journal (deleted)",
+                 "/memfd:shunt-link (deleted)", "anon_inode:[eventfd]",
+                 "anon_inode:[eventfd]"], r
             assert r["req"] == "HELLO" or r["claim"] < 0, f"a ticket was claimed: {r}"
         elif r["req"] == "LINK_NEXT":
             assert r["status"] == 2 and not r["fds"], r  # SHUNT_NONE

@@ -380,7 +380,8 @@ static bool fds_ok(const void *buf, unsigned nfds)
 		return nfds == 0;
 	switch (t) {
 	case SHUNT_MSG_HELLO:
-		return nfds == 2 || nfds == 4;	/* the link, and the journal when one was made */
+		/* the link, and the journal when one was made, and with it the directory */
+		return nfds == 2 || nfds == 4 || nfds == 5;
 	case SHUNT_MSG_LISTEN:
 		return nfds <= 1;
 	case SHUNT_MSG_CONNECT:

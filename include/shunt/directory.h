@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The directory: what shuntd publishes for every process to read without
+ * asking (docs/connect.md, "Connects shuntd is not asked about"). One per
+ * shuntd, handed with every session's HELLO reply; shuntd alone writes it
+ * (the memfd is sealed against new writable mappings, F_SEAL_FUTURE_WRITE,
+ * before it is handed out), the processes map it read-only.
+ *
+ * It holds, per TCP port, whether shuntd knows a listener on it in any
+ * namespace: a connect to a port without one could only be answered "use
+ * the kernel", so the library does not ask. Bits are set before the
+ * LISTEN that made them is answered (a connect after listen() returned
+ * sees them) and cleared when the last such listener goes; a stale bit
+ * only costs a question.
+ */
+#ifndef SHUNT_DIRECTORY_H
+#define SHUNT_DIRECTORY_H
+
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shunt/circuit.h"
+
+#define SHUNT_DIRECTORY_MAGIC 0x72696473u /* "sdir" little-endian */
+#define SHUNT_DIRECTORY_VERSION 1u
+
+enum shunt_directory_geometry {
+	SHUNT_DIRECTORY_WORDS = 65536 / 64,	/* one bit per port */
+};
+
+struct shunt_directory {
+	alignas(SHUNT_SHARE_APART) uint32_t magic;
+	uint32_t version;
+	/* Bit p: some listener shuntd knows listens on port p. */
+	alignas(SHUNT_SHARE_APART) _Atomic uint64_t any[SHUNT_DIRECTORY_WORDS];
+	/*
+	 * Bit p: one of those is bound to a wildcard or a non-loopback
+	 * address, so a connect to an address other than loopback may reach
+	 * it. A listener bound to loopback alone sets only its bit in @any.
+	 */
+	_Atomic uint64_t wide[SHUNT_DIRECTORY_WORDS];
+};
+
+static inline size_t shunt_directory_size(void)
+{
+	return (sizeof(struct shunt_directory) + 4095) & ~(size_t)4095;
+}
+
+#endif

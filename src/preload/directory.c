@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+/*
+ * shuntd's directory, read without asking. It is mapped once and every
+ * later session's directory replaces it at the same address (MAP_FIXED),
+ * so a reader never touches an unmapped page; between sessions it is
+ * marked stale and not read. Nothing in it is trusted beyond a hint: a bit
+ * that is wrong either way costs a question or a connection on the kernel,
+ * never a wrong answer.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include "common/addr.h"
+#include "common/sys.h"
+#include "preload/directory.h"
+#include "preload/util.h"
+#include "shunt/directory.h"
+
+static const struct shunt_directory *_Atomic dir;	/* set once, then reused */
+static _Atomic bool dir_valid;
+
+int shunt_directory_install(int memfd)
+{
+	const struct shunt_directory *old = atomic_load(&dir);
+	size_t size = shunt_directory_size();
+	struct shunt_directory *d;
+	struct stat st;
+	int r = 0;
+
+	atomic_store(&dir_valid, false);
+	/* Raw calls, so that the seccomp gate judges them. */
+	if (shunt_syscall(SYS_fstat, memfd, &st) < 0 || (size_t)st.st_size != size) {
+		r = -EPROTO;
+		goto out;
+	}
+	d = (void *)shunt_syscall(SYS_mmap, old, size, PROT_READ,
+				  MAP_SHARED | (old ? MAP_FIXED : 0), memfd, 0L);
+	if (d == MAP_FAILED) {
+		r = -errno;
+		goto out;
+	}
+	if (!old)
+		atomic_store(&dir, d);
+	if (d->magic != SHUNT_DIRECTORY_MAGIC || d->version != SHUNT_DIRECTORY_VERSION)
+		r = -EPROTO;
+	else
+		atomic_store(&dir_valid, true);
+out:
+	shunt_close_internal(memfd);
+	return r;
+}
+
+void shunt_directory_drop(void)
+{
+	atomic_store(&dir_valid, false);
+}
+
+bool shunt_directory_nobody_listens(const struct shunt_wire_addr *dst)
+{
+	const struct shunt_directory *d = atomic_load_explicit(&dir, memory_order_acquire);
+	const _Atomic uint64_t *bits;
+
+	if (!d || !atomic_load_explicit(&dir_valid, memory_order_acquire))
+		return false;
+	/* Only loopback reaches a listener bound to loopback; a wildcard destination is loopback. */
+	bits = shunt_addr_is_loopback(dst) || shunt_addr_is_any(dst) ? d->any : d->wide;
+	return !(atomic_load_explicit(&bits[dst->port / 64], memory_order_acquire) &
+		 (1ull << (dst->port % 64)));
+}

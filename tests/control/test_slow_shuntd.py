@@ -1,0 +1,240 @@
+# SPDX-License-Identifier: MIT
+"""Connects never wait for a slow shuntd (issue 12; docs/connect.md, "When
+shuntd is slow"). shuntd is stopped (SIGSTOP: the slowest shuntd there is)
+while a client under shunt connects:
+
+* to a port nobody listens on, and to a remote address: the directory that
+  shuntd publishes says no listener could take them, so shuntd is not asked
+  at all (kernel_unlistened counts every one);
+* to a listener it already has a channel to, non-blocking: no question;
+* non-blocking to a listener it has none to yet: the first connect waits
+  for shuntd at most SHUNT_CONNECT_WAIT_US and then lets the kernel connect;
+  from then on shuntd is late and nobody waits for it (late_waits is 1 for
+  the whole process, fallback_late counts the rest);
+* from a process started while shuntd is stopped: its HELLO is not answered,
+  its first connect waits once, the others do not.
+
+Every outcome (connected and echoed, or the errno) is the kernel's: the same
+client runs plain first. Once shuntd runs again, the channel it answered
+late is used: the next connects there are on shared memory.
+
+Runs in a network namespace of its own with only lo (a remote address is
+unreachable there, nothing leaves the machine): needs root, skipped
+without."""
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from test_containers import Net, _can_make_namespaces
+
+pytestmark = pytest.mark.shunt
+
+REMOTE = "10.9.8.7"
+
+SERVER = textwrap.dedent("""\
+    import socket, sys, threading
+
+    def serve(ls):
+        while True:
+            s, _ = ls.accept()
+            threading.Thread(target=echo, args=(s,), daemon=True).start()
+
+    def echo(s):
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            s.sendall(b)
+        s.close()
+
+    near = socket.socket()
+    near.bind(("127.0.0.1", 0))          # reachable through loopback only
+    near.listen(64)
+    wide = socket.socket()
+    wide.bind(("0.0.0.0", 0))            # any local address
+    wide.listen(64)
+    for ls in (near, wide):
+        threading.Thread(target=serve, args=(ls,), daemon=True).start()
+    print(near.getsockname()[1], wide.getsockname()[1], flush=True)
+    sys.stdin.read()
+    """)
+
+CLIENT = textwrap.dedent("""\
+    import errno, os, select, socket, sys
+
+    ports = {"near": int(sys.argv[1]), "wide": int(sys.argv[2])}
+    # A port bound and never listened on: nobody else can listen there meanwhile.
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    ports["closed"] = closed.getsockname()[1]
+
+    def one(host, port, nonblock):
+        s = socket.socket()
+        try:
+            if nonblock:
+                s.setblocking(False)
+                r = s.connect_ex((host, port))
+                if r == errno.EINPROGRESS:
+                    select.select([], [s], [], 10)
+                    r = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if r:
+                    return errno.errorcode[r]
+                s.setblocking(True)
+            else:
+                s.connect((host, port))
+            data = os.urandom(1000)
+            s.sendall(data)
+            got = b""
+            while len(got) < len(data):
+                b = s.recv(4096)
+                if not b:
+                    break
+                got += b
+            return "ok" if got == data else "bad echo"
+        except OSError as e:
+            return errno.errorcode[e.errno]
+        finally:
+            s.close()
+
+    for line in sys.stdin:
+        host, port, n, mode = line.split()
+        seen = {}
+        for _ in range(int(n)):
+            r = one(host, ports[port], mode == "nonblock")
+            seen[r] = seen.get(r, 0) + 1
+        print(line.strip(), sorted(seen.items()), flush=True)
+    """)
+
+
+class Prog:
+    def __init__(self, argv, env):
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+
+    def line(self, timeout=30):
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            raise AssertionError(f"no answer in {timeout} s")
+        line = self.proc.stdout.readline()
+        assert line, self.proc.stderr.read()
+        return line.strip()
+
+    def ask(self, cmd):
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self.line()
+
+    def end(self):
+        self.proc.stdin.close()
+        rc = self.proc.wait(timeout=30)
+        assert rc == 0, self.proc.stderr.read()
+
+
+@pytest.fixture
+def netns():
+    why = _can_make_namespaces()
+    if why:
+        pytest.skip(f"needs its own network namespace: {why}")
+    net = Net()
+    try:
+        yield net.ns("slow")
+    finally:
+        net.cleanup()
+
+
+@pytest.fixture
+def daemon(build_dir, tmp_path, tools):
+    sock = str(tmp_path / "shuntd.sock")
+    log = open(tmp_path / "shuntd.log", "wb")
+    proc = subprocess.Popen([str(build_dir / "src" / "daemon" / "shuntd"), "--socket", sock],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                            env=tools.plain_env(), start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 10
+    while not os.path.exists(sock):
+        assert proc.poll() is None, (tmp_path / "shuntd.log").read_text()
+        assert time.monotonic() < deadline, "shuntd never made its socket"
+        time.sleep(0.02)
+    yield proc, sock
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+# (command, whether shuntd is stopped first, whether it runs again first)
+STEPS = [
+    ("127.0.0.1 near 1 block", False, False),     # a session, the directory, a channel
+    ("127.0.0.1 closed 20 block", True, False),   # nobody listens: not asked
+    (f"{REMOTE} near 20 block", False, False),    # remote, only a loopback listener there
+    ("127.0.0.1 near 20 nonblock", False, False),  # through the channel: not asked
+    ("127.0.0.1 wide 20 nonblock", False, False),  # asked: waits once, then the kernel
+    (f"{REMOTE} wide 5 block", False, False),     # shuntd is late: not asked
+    ("127.0.0.1 wide 5 block", False, True),      # shuntd answers again: its late channel
+]
+
+
+def run_all(pre, env, tools, tmp_path, daemon_proc=None):
+    """The client's steps against the server, both under @pre; the outputs,
+    and a second client's started while shuntd was stopped."""
+    srv_py, cli_py = tmp_path / "server.py", tmp_path / "client.py"
+    srv_py.write_text(SERVER)
+    cli_py.write_text(CLIENT)
+    server = Prog(pre + [sys.executable, str(srv_py)], env)
+    try:
+        near, wide = server.line().split()
+        client = Prog(pre + [sys.executable, str(cli_py), near, wide], env)
+        out, late_out = [], None
+        for cmd, stop, cont in STEPS:
+            if stop and daemon_proc:
+                os.kill(daemon_proc.pid, signal.SIGSTOP)
+            if stop:
+                # A process that starts now finds nobody answering its HELLO.
+                late = Prog(pre + [sys.executable, str(cli_py), near, wide], env)
+                late_out = late.ask("127.0.0.1 near 5 block")
+                late.end()
+            if cont and daemon_proc:
+                os.kill(daemon_proc.pid, signal.SIGCONT)
+                time.sleep(0.3)          # it answers what waited meanwhile
+            out.append(client.ask(cmd))
+        client.end()
+    finally:
+        server.proc.kill()
+        server.proc.wait()
+    return out, late_out
+
+
+def test_connects_do_not_wait_for_a_stopped_shuntd(netns, daemon, shunt_cli, tools, tmp_path):
+    pre = ["ip", "netns", "exec", netns]
+    (tmp_path / "plain").mkdir()
+    plain, plain_late = run_all(pre, tools.plain_env(), tools, tmp_path / "plain")
+    assert plain[1].endswith("[('ECONNREFUSED', 20)]"), plain
+    assert plain[2].endswith("[('ENETUNREACH', 20)]"), plain
+
+    proc, sock = daemon
+    stats = tmp_path / "stats.jsonl"
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=sock, SHUNT_STATS=str(stats))
+    shunt_pre = pre + [str(shunt_cli()), "run", "--"]
+    out, late_out = run_all(shunt_pre, env, tools, tmp_path, daemon_proc=proc)
+    assert out == plain and late_out == plain_late, (out, plain, late_out, plain_late)
+
+    per_pid, _ = tools.read_stats(stats)
+    clients = [st for st in per_pid if st.get("kernel_unlistened") or st.get("fallback_late")]
+    assert len(clients) == 2, per_pid
+    main = max(clients, key=lambda st: st.get("kernel_unlistened", 0))
+    late = min(clients, key=lambda st: st.get("kernel_unlistened", 0))
+    # Never asked: the closed port and the remote address beside a loopback-only listener.
+    assert main["kernel_unlistened"] == 40, main
+    # One wait in vain for the whole process; the rest went straight to the kernel.
+    assert main["late_waits"] == 1 and main["fallback_late"] == 20 + 5, main
+    # The warm-up, the 20 through the channel, and the 5 through the channel answered late.
+    assert main["shm_connect"] == 1 + 20 + 5, main
+    assert late["late_waits"] == 1 and late["fallback_late"] == 5, late
+    assert late.get("shm_connect", 0) == 0, late
