@@ -499,6 +499,70 @@ struct shunt_msg_status_end {
 	uint64_t fallbacks[SHUNT_FALLBACK_SLOTS]; /* connects per enum shunt_fallback */
 };
 
+/*
+ * Every message of the protocol, once: the decoder (shunt_proto_check),
+ * shuntd's dispatcher (src/daemon/session.c) and the fuzzer's oracle
+ * (tests/fuzz/fuzz_proto.c) all read this table.
+ *
+ * X(type, request, reply, fds, answered, handler), for each request:
+ *   request, reply: their sizes (the reply's when SHUNT_OK; 0: no reply of
+ *     that type: none at all, or a stream of status records)
+ *   fds: descriptors the request carries (0 or 1)
+ *   answered: ALWAYS (a malformed one too, with -EPROTO), NEVER, SHARED
+ *     (CLOSE: only with SHUNT_CLOSE_SHARED), STREAM (STATUS: records)
+ *   handler: the shuntd function that takes it (the request, and its
+ *     descriptor when it carries one)
+ */
+#define SHUNT_REQUESTS(X) \
+	X(HELLO, sizeof(struct shunt_msg_hello), sizeof(struct shunt_msg_hello_reply), \
+	  0, ALWAYS, shuntd_session_hello) \
+	X(LISTEN, sizeof(struct shunt_msg_listen), sizeof(struct shunt_msg_listen_reply), \
+	  1, ALWAYS, shuntd_listener_register) \
+	X(UNLISTEN, sizeof(struct shunt_msg_unlisten), sizeof(struct shunt_msg_hdr), \
+	  0, ALWAYS, shuntd_listener_unregister) \
+	X(CONNECT, sizeof(struct shunt_msg_connect), sizeof(struct shunt_msg_circuit), \
+	  1, ALWAYS, shuntd_connect) \
+	X(ACCEPT, sizeof(struct shunt_msg_accept), sizeof(struct shunt_msg_circuit), \
+	  1, ALWAYS, shuntd_accept) \
+	X(CLOSE, sizeof(struct shunt_msg_close), sizeof(struct shunt_msg_hdr), \
+	  0, SHARED, shuntd_close) \
+	X(STATUS, sizeof(struct shunt_msg_status), 0, 0, STREAM, shuntd_status) \
+	X(LINK, sizeof(struct shunt_msg_link), sizeof(struct shunt_msg_link_reply), \
+	  0, ALWAYS, shuntd_link_request) \
+	X(LINK_NEXT, sizeof(struct shunt_msg_link), sizeof(struct shunt_msg_link_reply), \
+	  0, ALWAYS, shuntd_link_next) \
+	X(FORK, sizeof(struct shunt_msg_fork), sizeof(struct shunt_msg_fork_reply), \
+	  0, ALWAYS, shuntd_fork) \
+	X(FORK_DONE, sizeof(struct shunt_msg_fork_done), 0, 0, NEVER, shuntd_fork_done) \
+	X(DOWNGRADE, sizeof(struct shunt_msg_downgrade), sizeof(struct shunt_msg_hdr), \
+	  1, ALWAYS, shuntd_downgrade) \
+	X(UNREPAIR, sizeof(struct shunt_msg_unrepair), sizeof(struct shunt_msg_hdr), \
+	  1, ALWAYS, shuntd_companion_unrepair) \
+	X(WITHDRAW, sizeof(struct shunt_msg_withdraw), 0, 1, NEVER, shuntd_withdraw) \
+	X(EXEC, sizeof(struct shunt_msg_exec), sizeof(struct shunt_msg_exec_reply), \
+	  0, ALWAYS, shuntd_exec) \
+	X(EXEC_KEEP, sizeof(struct shunt_msg_exec_keep), sizeof(struct shunt_msg_hdr), \
+	  1, ALWAYS, shuntd_exec_keep) \
+	X(EXEC_DONE, sizeof(struct shunt_msg_exec_done), 0, 0, NEVER, shuntd_exec_done) \
+	X(EXEC_NEXT, sizeof(struct shunt_msg_exec_next), sizeof(struct shunt_msg_exec_end), \
+	  0, ALWAYS, shuntd_exec_next)
+
+/* X(type, size): the status records shuntd streams to a STATUS request. */
+#define SHUNT_RECORDS(X) \
+	X(STATUS_SESSION, sizeof(struct shunt_msg_status_session)) \
+	X(STATUS_LISTENER, sizeof(struct shunt_msg_status_listener)) \
+	X(STATUS_CONN, sizeof(struct shunt_msg_status_conn)) \
+	X(STATUS_POLICY, sizeof(struct shunt_msg_status_policy)) \
+	X(STATUS_END, sizeof(struct shunt_msg_status_end))
+
+/* How a request is answered: the table's "answered" column. */
+enum shunt_answer {
+	SHUNT_ANSWER_NEVER,
+	SHUNT_ANSWER_ALWAYS,
+	SHUNT_ANSWER_SHARED,
+	SHUNT_ANSWER_STREAM,
+};
+
 _Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v3");
 _Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v3");

@@ -20,48 +20,35 @@ void shunt_proto_init(void *msg, uint16_t type, size_t len, uint32_t seq)
 	h->seq = seq;
 }
 
+static const struct shunt_request_kind requests[SHUNT_MSG_TYPE_MAX + 1] = {
+#define ROW(type, request, reply, nfds, answer, handler) \
+	[SHUNT_MSG_##type] = { request, reply, nfds, SHUNT_ANSWER_##answer },
+	SHUNT_REQUESTS(ROW)
+#undef ROW
+};
+
+static const size_t records[SHUNT_MSG_TYPE_MAX + 1] = {
+#define ROW(type, size) [SHUNT_MSG_##type] = size,
+	SHUNT_RECORDS(ROW)
+#undef ROW
+};
+
+const struct shunt_request_kind *shunt_request_kind(uint16_t type)
+{
+	if (type > SHUNT_MSG_TYPE_MAX || !requests[type].size)
+		return NULL;
+	return &requests[type];
+}
+
 size_t shunt_proto_size(uint16_t type)
 {
-	switch (type) {
-	case SHUNT_MSG_HELLO: return sizeof(struct shunt_msg_hello);
-	case SHUNT_MSG_HELLO | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hello_reply);
-	case SHUNT_MSG_LISTEN: return sizeof(struct shunt_msg_listen);
-	case SHUNT_MSG_LISTEN | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_listen_reply);
-	case SHUNT_MSG_UNLISTEN: return sizeof(struct shunt_msg_unlisten);
-	case SHUNT_MSG_UNLISTEN | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
-	case SHUNT_MSG_CONNECT: return sizeof(struct shunt_msg_connect);
-	case SHUNT_MSG_CONNECT | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_circuit);
-	case SHUNT_MSG_ACCEPT: return sizeof(struct shunt_msg_accept);
-	case SHUNT_MSG_ACCEPT | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_circuit);
-	case SHUNT_MSG_CLOSE: return sizeof(struct shunt_msg_close);
-	case SHUNT_MSG_CLOSE | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
-	case SHUNT_MSG_LINK: return sizeof(struct shunt_msg_link);
-	case SHUNT_MSG_LINK | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_link_reply);
-	case SHUNT_MSG_LINK_NEXT: return sizeof(struct shunt_msg_link);
-	case SHUNT_MSG_LINK_NEXT | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_link_reply);
-	case SHUNT_MSG_FORK: return sizeof(struct shunt_msg_fork);
-	case SHUNT_MSG_FORK | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_fork_reply);
-	case SHUNT_MSG_FORK_DONE: return sizeof(struct shunt_msg_fork_done);
-	case SHUNT_MSG_DOWNGRADE: return sizeof(struct shunt_msg_downgrade);
-	case SHUNT_MSG_DOWNGRADE | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
-	case SHUNT_MSG_UNREPAIR: return sizeof(struct shunt_msg_unrepair);
-	case SHUNT_MSG_UNREPAIR | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
-	case SHUNT_MSG_WITHDRAW: return sizeof(struct shunt_msg_withdraw);
-	case SHUNT_MSG_EXEC: return sizeof(struct shunt_msg_exec);
-	case SHUNT_MSG_EXEC | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_exec_reply);
-	case SHUNT_MSG_EXEC_KEEP: return sizeof(struct shunt_msg_exec_keep);
-	case SHUNT_MSG_EXEC_KEEP | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_hdr);
-	case SHUNT_MSG_EXEC_DONE: return sizeof(struct shunt_msg_exec_done);
-	case SHUNT_MSG_EXEC_NEXT: return sizeof(struct shunt_msg_exec_next);
-	case SHUNT_MSG_EXEC_NEXT | SHUNT_MSG_REPLY: return sizeof(struct shunt_msg_exec_end);
-	case SHUNT_MSG_STATUS: return sizeof(struct shunt_msg_status);
-	case SHUNT_MSG_STATUS_SESSION: return sizeof(struct shunt_msg_status_session);
-	case SHUNT_MSG_STATUS_LISTENER: return sizeof(struct shunt_msg_status_listener);
-	case SHUNT_MSG_STATUS_CONN: return sizeof(struct shunt_msg_status_conn);
-	case SHUNT_MSG_STATUS_END: return sizeof(struct shunt_msg_status_end);
-	case SHUNT_MSG_STATUS_POLICY: return sizeof(struct shunt_msg_status_policy);
-	default: return 0;
-	}
+	const struct shunt_request_kind *k = shunt_request_kind(type & ~SHUNT_MSG_REPLY);
+
+	if (k)
+		return type & SHUNT_MSG_REPLY ? k->reply_size : k->size;
+	if (type > SHUNT_MSG_TYPE_MAX)
+		return 0;
+	return records[type];
 }
 
 int shunt_proto_check(const void *buf, size_t len)

@@ -51,6 +51,17 @@ int shunt_proto_check(const void *buf, size_t len);
 /* Fixed size of messages of @type (with or without SHUNT_MSG_REPLY), or 0. */
 size_t shunt_proto_size(uint16_t type);
 
+/* A request type's row of SHUNT_REQUESTS (include/shunt/proto.h). */
+struct shunt_request_kind {
+	size_t size;
+	size_t reply_size;
+	unsigned fds;
+	enum shunt_answer answered;
+};
+
+/* The row of request type @type, or NULL: not a request (a reply, a record, unknown). */
+const struct shunt_request_kind *shunt_request_kind(uint16_t type);
+
 /* The name of an enum shunt_fallback reason, as metrics and `shunt status` show it. */
 const char *shunt_fallback_name(unsigned why);
 

@@ -106,27 +106,9 @@ int shuntd_session_reply_status(struct session *s, uint16_t type, uint32_t seq, 
 	return shuntd_session_reply(s, &h, NULL, 0);
 }
 
-/* Descriptors each request type must carry. */
-static unsigned fds_expected(uint16_t type)
-{
-	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT ||
-	       type == SHUNT_MSG_DOWNGRADE || type == SHUNT_MSG_UNREPAIR ||
-	       type == SHUNT_MSG_WITHDRAW || type == SHUNT_MSG_EXEC_KEEP;
-}
-
-/*
- * Whether a malformed request of this type is answered: only a request
- * that has a reply type (a CLOSE only sometimes is: never). The status
- * records shuntd sends have none: an "error reply" to one would itself be
- * malformed, refused by the client's shunt_proto_check.
- */
-static bool has_reply(uint16_t type)
-{
-	return !(type & SHUNT_MSG_REPLY) && type != SHUNT_MSG_CLOSE &&
-	       shunt_proto_size(type | SHUNT_MSG_REPLY) != 0;
-}
-
-static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m)
+/* HELLO: the session's daemon link, its journal and shuntd's directory. */
+static void shuntd_session_hello(struct shuntd *d, struct session *s,
+				 const struct shunt_msg_hello *m)
 {
 	struct shunt_msg_hello_reply r;
 	int fds[5];
@@ -157,80 +139,45 @@ static void hello(struct shuntd *d, struct session *s, const struct shunt_msg_he
 	shuntd_session_reply(s, &r, fds, nfds);
 }
 
+/*
+ * Whether a malformed request of this type is answered (with -EPROTO): only
+ * one that is always answered. An "error reply" to a CLOSE or to a status
+ * record would itself be malformed, refused by the client's shunt_proto_check.
+ */
+static bool answered_always(uint16_t type)
+{
+	const struct shunt_request_kind *k = shunt_request_kind(type);
+
+	return k && k->answered == SHUNT_ANSWER_ALWAYS;
+}
+
+/* A request, to its handler: the table of include/shunt/proto.h says which and how. */
 static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *fds, unsigned nfds)
 {
 	const struct shunt_msg_hdr *h = buf;
+	const struct shunt_request_kind *k = shunt_request_kind(h->type);
 
-	if (h->type & SHUNT_MSG_REPLY || nfds != fds_expected(h->type)) {
+	if (!k || nfds != k->fds) {
 		shunt_info("session %llu (pid %d): message type %u with %u descriptors refused",
 			   (unsigned long long)s->id, (int)s->pid, h->type, nfds);
 		shunt_proto_close_fds(fds, nfds);
-		if (!(h->type & SHUNT_MSG_REPLY) && has_reply(h->type))
+		if (answered_always(h->type))
 			shuntd_session_reply_status(s, h->type, h->seq, -EPROTO);
 		return;
 	}
 	/* Nothing it asks may overtake what it journaled before asking. */
 	shuntd_journal_read(d, s);
 	switch (h->type) {
-	case SHUNT_MSG_HELLO:
-		hello(d, s, buf);
+#define TAKES_0(handler) handler(d, s, buf)
+#define TAKES_1(handler) handler(d, s, buf, fds[0])
+#define CASE(type, request, reply, nfds, answered, handler) \
+	case SHUNT_MSG_##type: \
+		TAKES_##nfds(handler); \
 		break;
-	case SHUNT_MSG_LISTEN:
-		shuntd_listener_register(d, s, buf, fds[0]);
-		break;
-	case SHUNT_MSG_UNLISTEN:
-		shuntd_listener_unregister(d, s, buf);
-		break;
-	case SHUNT_MSG_CONNECT:
-		shuntd_connect(d, s, buf, fds[0]);
-		break;
-	case SHUNT_MSG_ACCEPT:
-		shuntd_accept(d, s, buf, fds[0]);
-		break;
-	case SHUNT_MSG_CLOSE:
-		shuntd_close(d, s, buf);
-		break;
-	case SHUNT_MSG_STATUS:
-		shuntd_status(d, s, buf);
-		break;
-	case SHUNT_MSG_LINK:
-		shuntd_link_request(d, s, buf);
-		break;
-	case SHUNT_MSG_LINK_NEXT:
-		shuntd_link_next(d, s, buf);
-		break;
-	case SHUNT_MSG_FORK:
-		shuntd_fork(d, s, buf);
-		break;
-	case SHUNT_MSG_FORK_DONE:
-		shuntd_fork_done(d, s, buf);
-		break;
-	case SHUNT_MSG_DOWNGRADE:
-		shuntd_downgrade(d, s, buf, fds[0]);
-		break;
-	case SHUNT_MSG_UNREPAIR:
-		shuntd_companion_unrepair(d, s, buf, fds[0]);
-		break;
-	case SHUNT_MSG_WITHDRAW:
-		shuntd_withdraw(d, s, buf, fds[0]);
-		break;
-	case SHUNT_MSG_EXEC:
-		shuntd_exec(d, s, buf);
-		break;
-	case SHUNT_MSG_EXEC_KEEP:
-		shuntd_exec_keep(d, s, buf, fds[0]);
-		break;
-	case SHUNT_MSG_EXEC_DONE:
-		shuntd_exec_done(d, s, buf);
-		break;
-	case SHUNT_MSG_EXEC_NEXT:
-		shuntd_exec_next(d, s, buf);
-		break;
-	default:
-		/* A status record type sent to the daemon. */
-		shunt_info("session %llu: unexpected message type %u", (unsigned long long)s->id,
-			   h->type);
-		break;
+	SHUNT_REQUESTS(CASE)
+#undef CASE
+#undef TAKES_1
+#undef TAKES_0
 	}
 }
 
@@ -257,7 +204,7 @@ void shuntd_session_input(struct shuntd *d, struct session *s)
 			if (n >= (ssize_t)sizeof(struct shunt_msg_hdr)) {
 				const struct shunt_msg_hdr *h = (const void *)buf;
 
-				if (h->type && h->type <= SHUNT_MSG_TYPE_MAX && has_reply(h->type))
+				if (answered_always(h->type))
 					shuntd_session_reply_status(s, h->type, h->seq, -EPROTO);
 			}
 			continue;

@@ -463,26 +463,12 @@ static unsigned drain(struct peer *pe, struct reply *out, unsigned max)
 	return count;
 }
 
-/* Requests shuntd answers once whatever happens, malformed ones with -EPROTO. */
-static bool always_answered(uint16_t type)
-{
-	switch (type) {
-	case SHUNT_MSG_HELLO: case SHUNT_MSG_LISTEN: case SHUNT_MSG_UNLISTEN:
-	case SHUNT_MSG_CONNECT: case SHUNT_MSG_ACCEPT: case SHUNT_MSG_LINK:
-	case SHUNT_MSG_LINK_NEXT: case SHUNT_MSG_FORK: case SHUNT_MSG_DOWNGRADE:
-	case SHUNT_MSG_UNREPAIR: case SHUNT_MSG_EXEC: case SHUNT_MSG_EXEC_KEEP:
-	case SHUNT_MSG_EXEC_NEXT:
-		return true;
-	}
-	return false;
-}
-
-/* Descriptors a request must carry (session.c's rule, from docs/protocol.md). */
+/* Descriptors a request must carry: the protocol's table (include/shunt/proto.h). */
 static unsigned fds_due(uint16_t type)
 {
-	return type == SHUNT_MSG_LISTEN || type == SHUNT_MSG_CONNECT || type == SHUNT_MSG_ACCEPT ||
-	       type == SHUNT_MSG_DOWNGRADE || type == SHUNT_MSG_UNREPAIR ||
-	       type == SHUNT_MSG_WITHDRAW || type == SHUNT_MSG_EXEC_KEEP;
+	const struct shunt_request_kind *k = shunt_request_kind(type);
+
+	return k ? k->fds : 0;
 }
 
 /*
@@ -494,6 +480,7 @@ static unsigned fds_due(uint16_t type)
  */
 static int replies_due(const uint8_t *rec, size_t len, unsigned nfds)
 {
+	const struct shunt_request_kind *k;
 	struct shunt_msg_hdr h;
 	bool valid;
 
@@ -501,13 +488,18 @@ static int replies_due(const uint8_t *rec, size_t len, unsigned nfds)
 		return 0;
 	memcpy(&h, rec, sizeof(h));
 	valid = shunt_proto_check(rec, len) == 0 && nfds == fds_due(h.type);
-	if (always_answered(h.type))
+	k = shunt_request_kind(h.type);
+	switch (k ? k->answered : SHUNT_ANSWER_NEVER) {
+	case SHUNT_ANSWER_ALWAYS:		/* once whatever happens, malformed with -EPROTO */
 		return 1;
-	if (h.type == SHUNT_MSG_STATUS)
+	case SHUNT_ANSWER_STREAM:
 		return valid ? -1 : 0;
-	if (h.type == SHUNT_MSG_CLOSE)
+	case SHUNT_ANSWER_SHARED:
 		return valid && (((const struct shunt_msg_close *)(const void *)rec)->flags &
 				 SHUNT_CLOSE_SHARED);
+	case SHUNT_ANSWER_NEVER:
+		break;
+	}
 	return 0;	/* not replied, a reply, a status record, or unknown */
 }
 
