@@ -29,6 +29,49 @@ static void reply_listen(struct session *s, uint32_t seq, uint64_t id, int doorb
 	shuntd_session_reply(s, &r, doorbell >= 0 ? &doorbell : NULL, doorbell >= 0);
 }
 
+/*
+ * Listeners are found by port: every match (a connect's destination, a
+ * SO_REUSEPORT group) is on one port, and few listeners share one, so the
+ * chain is short whatever else listens on the host.
+ */
+static struct listener *on_port(struct shuntd *d, uint16_t port)
+{
+	return shunt_map_get(&d->ports, (uint64_t)port + 1);
+}
+
+/* Enter @l (its address known) in the listeners: by id, by port, and in the directory. */
+static int enter(struct shuntd *d, struct listener *l)
+{
+	if (shunt_map_put(&d->listeners, l->id, l) < 0)
+		return -ENOMEM;
+	l->port_next = on_port(d, l->addr.port);
+	if (shunt_map_put(&d->ports, (uint64_t)l->addr.port + 1, l) < 0) {
+		shunt_map_del(&d->listeners, l->id);
+		return -ENOMEM;
+	}
+	/* Published before the reply: a connect after listen() returned asks. */
+	shuntd_directory_listener(&l->addr, 1);
+	return 0;
+}
+
+static void leave(struct shuntd *d, struct listener *l)
+{
+	shunt_map_del(&d->listeners, l->id);
+	if (on_port(d, l->addr.port) == l) {
+		if (l->port_next)
+			shunt_map_put(&d->ports, (uint64_t)l->addr.port + 1, l->port_next);
+		else
+			shunt_map_del(&d->ports, (uint64_t)l->addr.port + 1);
+	} else {
+		for (struct listener *o = on_port(d, l->addr.port); o; o = o->port_next)
+			if (o->port_next == l) {
+				o->port_next = l->port_next;
+				break;
+			}
+	}
+	shuntd_directory_listener(&l->addr, -1);
+}
+
 static struct listener *find_inode(struct shuntd *d, uint64_t netns, uint64_t inode)
 {
 	struct listener *l;
@@ -100,25 +143,8 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	}
 	l->doorbell = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
 	l->id = shuntd_new_id(d);
-	if (l->doorbell < 0 || shunt_map_put(&d->listeners, l->id, l) < 0) {
-		r = l->doorbell < 0 ? -errno : -ENOMEM;
-		if (l->doorbell >= 0)
-			close(l->doorbell);
-		free(l);
-		shuntd_netns_put(d, ns);
-		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, r);
-		return;
-	}
 	shunt_list_init(&l->holds);
 	l->tenant = s->tenant;
-	if (!shuntd_hold_listener(l, s)) {
-		shunt_map_del(&d->listeners, l->id);
-		close(l->doorbell);
-		free(l);
-		shuntd_netns_put(d, ns);
-		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
-		return;
-	}
 	l->netns = f.netns;
 	l->ns = ns;
 	l->addr = f.local;
@@ -132,8 +158,19 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	shunt_list_init(&l->synq);
 	shunt_list_init(&l->deferq);
 	shunt_list_init(&l->channels);
-	/* Published before the reply: a connect after listen() returned asks. */
-	shuntd_directory_listener(&l->addr, 1);
+	r = l->doorbell < 0 ? -errno : enter(d, l);
+	if (r == 0 && !shuntd_hold_listener(l, s)) {
+		leave(d, l);
+		r = -ENOMEM;
+	}
+	if (r < 0) {
+		if (l->doorbell >= 0)
+			close(l->doorbell);
+		free(l);
+		shuntd_netns_put(d, ns);
+		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, r);
+		return;
+	}
 	char a[SHUNT_ADDR_STRLEN];
 
 	shunt_debug("listener %llu: %s backlog %u (pid %d)", (unsigned long long)l->id,
@@ -178,11 +215,7 @@ static bool same_group(const struct listener *a, const struct listener *b)
 /* Another listener of @l's group, for the connections @l leaves behind, or NULL. */
 static struct listener *group_heir(struct shuntd *d, struct listener *l)
 {
-	struct listener *o;
-	uint64_t key;
-	size_t it = 0;
-
-	while ((o = shunt_map_next(&d->listeners, &it, &key)))
+	for (struct listener *o = on_port(d, l->addr.port); o; o = o->port_next)
 		if (same_group(l, o))
 			return o;
 	return NULL;
@@ -305,8 +338,7 @@ void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
 		shunt_list_del(&h->session_node);
 		free(h);
 	}
-	shunt_map_del(&d->listeners, l->id);
-	shuntd_directory_listener(&l->addr, -1);
+	leave(d, l);
 	close(l->doorbell);
 	shuntd_netns_put(d, l->ns);
 	free(l);
@@ -357,18 +389,15 @@ static struct listener *spread(struct shuntd *d, struct listener *l)
 	static uint32_t turn;
 	struct listener *o, *pick = l;
 	uint32_t n = 1, want;
-	uint64_t key;
-	size_t it = 0;
 
-	while ((o = shunt_map_next(&d->listeners, &it, &key)))
+	for (o = on_port(d, l->addr.port); o; o = o->port_next)
 		n += same_group(l, o);
 	if (n == 1)
 		return l;
 	want = turn++ % n;
 	if (want == 0)
 		return l;
-	it = 0;
-	while ((o = shunt_map_next(&d->listeners, &it, &key)))
+	for (o = on_port(d, l->addr.port); o; o = o->port_next)
 		if (same_group(l, o) && --want == 0)
 			pick = o;
 	return pick;
@@ -379,10 +408,8 @@ static struct listener *best_in(struct shuntd *d, uint64_t netns, const struct s
 {
 	struct listener *best = NULL, *l;
 	int best_score = -1;
-	uint64_t key;
-	size_t it = 0;
 
-	while ((l = shunt_map_next(&d->listeners, &it, &key))) {
+	for (l = on_port(d, dst->port); l; l = l->port_next) {
 		if (l->netns != netns)
 			continue;
 		int sc = score(l, dst);
@@ -398,11 +425,7 @@ static struct listener *best_in(struct shuntd *d, uint64_t netns, const struct s
 /* Whether some listener outside @netns could take @dst (before asking the kernel the way). */
 static bool listened_elsewhere(struct shuntd *d, uint64_t netns, const struct shunt_wire_addr *dst)
 {
-	struct listener *l;
-	uint64_t key;
-	size_t it = 0;
-
-	while ((l = shunt_map_next(&d->listeners, &it, &key)))
+	for (struct listener *l = on_port(d, dst->port); l; l = l->port_next)
 		if (l->netns != netns && score(l, dst) >= 0)
 			return true;
 	return false;

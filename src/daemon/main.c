@@ -371,6 +371,7 @@ int main(int argc, char **argv)
 	shuntd_socket_init(d.netns_self);
 	shunt_map_init(&d.sessions);
 	shunt_map_init(&d.listeners);
+	shunt_map_init(&d.ports);
 	shunt_map_init(&d.circuits);
 	shunt_map_init(&d.channels);
 	shunt_list_init(&d.journals_awake);

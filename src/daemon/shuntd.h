@@ -80,6 +80,7 @@ struct shuntd {
 	struct netns_world *netns_world;	/* their rtnetlink sockets (netns.c) */
 	struct shunt_map sessions;	/* id -> struct session (tickets too) */
 	struct shunt_map listeners;	/* id -> struct listener */
+	struct shunt_map ports;		/* port + 1 -> the listeners on it (listener.port_next) */
 	struct shunt_map circuits;	/* id -> struct circuit */
 	struct shunt_map channels;	/* id -> struct channel */
 	struct shunt_list journals_awake;	/* struct journal.awake_node: read on the next tick */
@@ -258,6 +259,7 @@ struct channel {
 
 struct listener {
 	uint64_t id;
+	struct listener *port_next;	/* the next listener on its port, any namespace */
 	struct shunt_list holds;	/* struct hold.node: the processes holding it */
 	struct tenant *tenant;		/* of the process that registered it */
 	uint64_t netns;
