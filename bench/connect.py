@@ -83,6 +83,16 @@ class Bench:
             made = sum(int(c[c.index("--count") + 1]) for c in clients)
             shm = sum(s.get("shm_connect", 0) for s in st)
             on_shm = shm >= made and not any(s.get("kernel_connect") for s in st)
+            if not on_shm:
+                # Why some went to the kernel: the library's reasons, summed.
+                why = {}
+                for s in st:
+                    for k, v in s.items():
+                        if (k.startswith("fallback_") or k in ("kernel_unlistened",
+                                                                "late_waits")) and v:
+                            why[k] = why.get(k, 0) + v
+                print("shunt run not all on shared memory: %d of %d; %s" % (shm, made, why),
+                      file=sys.stderr)
         return recs, wall, on_shm
 
 
