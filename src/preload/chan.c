@@ -584,26 +584,62 @@ void shunt_chan_forget_listener(uint64_t listener)
 	}
 }
 
-void shunt_chan_drop_all(void)
+void shunt_chan_drop_clients(void)
 {
 	struct shunt_chan *gone, *ch;
 
 	pthread_mutex_lock(&list_lock);
 	gone = clients;
 	clients = NULL;
-	for (ch = gone; ch && ch->next; ch = ch->next)
-		;
-	if (ch)
-		ch->next = acceptors;
-	else
-		gone = acceptors;
-	acceptors = NULL;
 	pthread_mutex_unlock(&list_lock);
 	/* Connections in their slots keep them mapped as long as they live. */
 	while ((ch = gone)) {
 		gone = ch->next;
 		shunt_chan_put(ch);
 	}
+}
+
+uint32_t shunt_chan_queued(uint64_t listener)
+{
+	struct shunt_chan *ch;
+	uint64_t head;
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&list_lock);
+	for (ch = acceptors; ch; ch = ch->next)
+		if (ch->listener == listener)
+			n += queued(ch, &head);
+	pthread_mutex_unlock(&list_lock);
+	return n;
+}
+
+uint32_t shunt_chan_move_listener(uint64_t from, uint64_t to)
+{
+	struct shunt_chan **p = &acceptors, *gone = NULL, *ch;
+	uint64_t head;
+	uint32_t n = 0, q;
+
+	pthread_mutex_lock(&list_lock);
+	while (*p) {
+		ch = *p;
+		if (ch->listener != from) {
+			p = &ch->next;
+		} else if ((q = queued(ch, &head))) {
+			ch->listener = to;
+			n += q;
+			p = &ch->next;
+		} else {
+			*p = ch->next;
+			ch->next = gone;
+			gone = ch;
+		}
+	}
+	pthread_mutex_unlock(&list_lock);
+	while ((ch = gone)) {
+		gone = ch->next;
+		shunt_chan_put(ch);
+	}
+	return n;
 }
 
 void shunt_chan_fork_prepare(void)

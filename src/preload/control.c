@@ -87,7 +87,7 @@ static void drop_session(const char *why, int err)
 			   ctl_addr.sun_path, why, strerror(err));
 	ctl_warned = true;
 	shunt_journal_drop();
-	shunt_chan_drop_all();
+	shunt_chan_drop_clients();
 	shunt_close_hidden(ctl_fd);
 	ctl_fd = -1;
 	atomic_store(&session_id, 0);
@@ -564,10 +564,15 @@ int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 	r = request_circuit(&m, fd, 2, g, NULL);
 	/*
 	 * shuntd is gone, and what it had queued went with it: nothing to
-	 * take, the kernel's queue is still there (and the stale doorbell is
-	 * drained by relisten.c before the caller waits again).
+	 * take, the kernel's queue is still there. The doorbell rang for
+	 * nothing: relisten.c counts again, before the caller waits again,
+	 * only what our channels hold.
 	 */
-	return r == -ENOTCONN ? -EAGAIN : r;
+	if (r == -ENOTCONN) {
+		shunt_relisten_lost();
+		return -EAGAIN;
+	}
+	return r;
 }
 
 int shunt_ctl_close(uint64_t circuit, unsigned end, bool shared)
