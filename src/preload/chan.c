@@ -368,9 +368,62 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 	return 0;
 }
 
+/* How many are queued in @ch, from indices its users write (0 if they make no sense). */
+static uint32_t queued(struct shunt_chan *ch, uint64_t *head_out)
+{
+	/* Q2 (acquire): the entries before tail are written. */
+	uint64_t tail = atomic_load_explicit(&ch->hdr->tail, memory_order_acquire);
+	uint64_t head = atomic_load_explicit(&ch->hdr->head, memory_order_acquire);
+
+	*head_out = head;
+	return tail - head <= ch->slots ? (uint32_t)(tail - head) : 0;
+}
+
+/*
+ * Whether shuntd let go of acceptor channel @ch for good: closed, nothing
+ * queued, every slot sealed (shuntd seals them when no client can queue
+ * there any more and no connection lives there). Words anyone may write:
+ * a liar only loses its own connections to this listener.
+ */
+static bool sealed(struct shunt_chan *ch)
+{
+	_Atomic uint32_t *st = slot_states(ch);
+	uint64_t head;
+
+	if (atomic_load_explicit(&ch->hdr->state, memory_order_acquire) != SHUNT_CHAN_CLOSED ||
+	    queued(ch, &head))
+		return false;
+	for (uint32_t i = 0; i < ch->slots; i++)
+		if (shunt_slot_state(atomic_load_explicit(&st[i], memory_order_relaxed)) !=
+		    SHUNT_SLOT_SEALED)
+			return false;
+	return true;
+}
+
+/*
+ * Drop this process's channels of @listener that shuntd let go of (their
+ * clients exited), so that a server whose clients come and go keeps only
+ * the channels of those that are there. Under list_lock; the dropped ones
+ * are put on *@gone.
+ */
+static void prune_locked(uint64_t listener, struct shunt_chan **gone)
+{
+	struct shunt_chan **p = &acceptors, *ch;
+
+	while ((ch = *p)) {
+		if (ch->listener == listener && sealed(ch)) {
+			*p = ch->next;
+			ch->next = *gone;
+			*gone = ch;
+		} else {
+			p = &ch->next;
+		}
+	}
+}
+
 int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 {
-	struct shunt_chan *ch, *c;
+	struct shunt_chan *ch, *c, *gone = NULL;
 	int err;
 
 	ch = chan_map(g, &err);
@@ -387,6 +440,8 @@ int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 	for (c = acceptors; c && c->id != ch->id; c = c->next)
 		;
 	if (!c) {
+		/* A new client's: a good time to let go of those that left. */
+		prune_locked(listener, &gone);
 		ch->next = acceptors;
 		acceptors = ch;
 		ch = NULL;
@@ -394,18 +449,11 @@ int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 	pthread_mutex_unlock(&list_lock);
 	if (ch)
 		shunt_chan_put(ch);	/* had it already */
+	while ((c = gone)) {
+		gone = c->next;
+		shunt_chan_put(c);
+	}
 	return 0;
-}
-
-/* How many are queued in @ch, from indices its users write (0 if they make no sense). */
-static uint32_t queued(struct shunt_chan *ch, uint64_t *head_out)
-{
-	/* Q2 (acquire): the entries before tail are written. */
-	uint64_t tail = atomic_load_explicit(&ch->hdr->tail, memory_order_acquire);
-	uint64_t head = atomic_load_explicit(&ch->hdr->head, memory_order_acquire);
-
-	*head_out = head;
-	return tail - head <= ch->slots ? (uint32_t)(tail - head) : 0;
 }
 
 bool shunt_chan_pending(uint64_t listener)
