@@ -247,11 +247,28 @@ void shunt_relisten_run(void)
 	free(seen);
 }
 
+/* Whether this thread is the one to look whether shuntd lives, at most once a second. */
+static bool time_to_look(void)
+{
+	static _Atomic int64_t next;
+	int64_t now = shunt_now_ns(), at = atomic_load_explicit(&next, memory_order_relaxed);
+
+	return now >= at && atomic_compare_exchange_strong(&next, &at, now + 1000000000);
+}
+
 void shunt_relisten_poke(void)
 {
-	if (shunt_ctl_has_session() && !atomic_load_explicit(&pending, memory_order_relaxed))
+	if (shunt_ctl_has_session() && !atomic_load_explicit(&pending, memory_order_relaxed) &&
+	    !time_to_look())
 		return;
 	shunt_fork_enter();
-	shunt_ctl_session();
+	/*
+	 * The session we think open may be with a shuntd that died: a process
+	 * that asked shuntd nothing since would never learn of it, and its
+	 * listeners would stay on the kernel after a new shuntd came. One look
+	 * (a ppoll) drops it if so, and the next poke opens a new one.
+	 */
+	if (!shunt_ctl_has_session() || !shunt_ctl_alive())
+		shunt_ctl_session();
 	shunt_fork_leave();
 }

@@ -650,3 +650,64 @@ def test_g_a_connection_queued_in_a_channel_outlives_shuntd(build_dir, shunt_bin
     finally:
         for p in procs:
             p.stop()
+
+
+@pytest.mark.shunt
+def test_h_a_server_that_asks_nothing_finds_a_new_shuntd(build_dir, shunt_bin, tools,
+                                                         tmp_path):
+    """A server that asks shuntd nothing after shuntd dies (it only accepts,
+    and its clients came through a channel) learns that its session is over
+    from a kernel connection its listener accepts (it looks at most once a
+    second), and registers its listener with the next shuntd: connections go
+    over shared memory again. Before, it kept believing in the dead session,
+    and every connection went over the kernel for as long as it lived."""
+    sock = str(tmp_path / "s.sock")
+    storm = build_dir / "tests" / "control" / "storm"
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=sock, SHUNT_LOG="info")
+    procs = []
+
+    def start(argv, name):
+        p = Proc(argv, env, tmp_path / f"{name}.stderr")
+        procs.append(p)
+        return p
+
+    def circuits():
+        out = subprocess.run([str(shunt_bin), "status", "--json"], env=env, capture_output=True,
+                             text=True, timeout=HANG_S)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["totals"]["circuits_total"]
+
+    shuntd = [build_dir / "src" / "daemon" / "shuntd", "--socket", sock]
+    daemon = start(shuntd, "shuntd.0")
+    try:
+        wait_for(lambda: daemon_answers(sock), "shuntd")
+        portfile = tmp_path / "port"
+        server = start([shunt_bin, "run", "--no-daemon", "--", storm, "server", portfile],
+                       "server")
+        wait_for(lambda: portfile.exists() and portfile.read_text().strip(), "the server")
+        client = start([shunt_bin, "run", "--no-daemon", "--", storm, "client",
+                        portfile.read_text().strip(), 1], "client")
+        client.expect("ready")
+        client.send("run 20 0")
+        assert client.expect("done").startswith("done ok=20 ")
+        assert circuits() == 20
+        time.sleep(0.2)                  # nothing left for the server to ask
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.proc.wait()
+        daemon = start(shuntd, "shuntd.1")
+        wait_for(lambda: daemon_answers(sock), "the new shuntd")
+        deadline = time.monotonic() + 10
+        while True:
+            before = circuits()
+            client.send("run 20 0")
+            assert client.expect("done").startswith("done ok=20 ")
+            if circuits() - before == 20:
+                break
+            assert time.monotonic() < deadline, \
+                f"connections still go over the kernel\nserver: {server.stderr()}"
+            time.sleep(0.1)
+        assert "registered again" in server.stderr(), server.stderr()
+    finally:
+        for p in procs:
+            p.stop()
