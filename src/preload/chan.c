@@ -42,6 +42,8 @@ struct shunt_chan {
 	struct shunt_wire_addr dst;	/* what connect() names to use it */
 	struct shunt_wire_addr src;	/* the source address, when the socket is not bound */
 	uint32_t cursor;		/* under tx_lock: where to look for a free slot first */
+	/* An acceptor's only, under list_lock: of a dead shuntd, nobody queues here any more. */
+	bool orphan;
 	struct shunt_chan *next;	/* under list_lock */
 };
 
@@ -570,6 +572,26 @@ void shunt_chan_journal(struct shunt_journal_entry *je, int fd)
 	}
 }
 
+/* @ch, an orphan, was emptied: it goes from the list (its connections keep it mapped). */
+static void drop_orphan(struct shunt_chan *ch)
+{
+	struct shunt_chan **p;
+	uint64_t head;
+	bool found = false;
+
+	pthread_mutex_lock(&list_lock);
+	for (p = &acceptors; *p; p = &(*p)->next)
+		if (*p == ch) {
+			found = ch->orphan && !queued(ch, &head);
+			if (found)
+				*p = ch->next;
+			break;
+		}
+	pthread_mutex_unlock(&list_lock);
+	if (found)
+		shunt_chan_put(ch);
+}
+
 int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
 		      struct shunt_conn **out, struct shunt_journal_entry *je)
 {
@@ -587,6 +609,8 @@ int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, in
 		}
 		/* Each queued entry was counted once, before it was queued. */
 		(void)!shunt_syscall(SYS_read, doorbell, &one, sizeof(one));
+		if (ch->orphan)
+			drop_orphan(ch);
 		w = en.slot < ch->slots ? atomic_load(&slot_states(ch)[en.slot]) : 0;
 		if (en.slot >= ch->slots || shunt_slot_state(w) != SHUNT_SLOT_USED ||
 		    shunt_slot_gen(w) != en.gen || shunt_addr_check(&en.client) < 0 ||
@@ -674,6 +698,7 @@ uint32_t shunt_chan_move_listener(uint64_t from, uint64_t to)
 			p = &ch->next;
 		} else if ((q = queued(ch, &head))) {
 			ch->listener = to;
+			ch->orphan = true;
 			n += q;
 			p = &ch->next;
 		} else {

@@ -78,8 +78,8 @@ uint32_t shunt_chan_queued(uint64_t listener);
 /*
  * Listener @from is registered again, as @to (a new shuntd): its channels
  * that still hold queued connections become @to's, so that accept() takes
- * them; the empty ones go (no client queues in them any more). Returns how
- * many connections the moved channels hold.
+ * them, until they are empty; the empty ones go (no client queues in them
+ * any more). Returns how many connections the moved channels hold.
  */
 uint32_t shunt_chan_move_listener(uint64_t from, uint64_t to);
 

@@ -247,19 +247,20 @@ void shunt_relisten_run(void)
 	free(seen);
 }
 
-/* Whether this thread is the one to look whether shuntd lives, at most once a second. */
-static bool time_to_look(void)
+/* Whether this thread is the one to do what is done at most once a second, @next on. */
+static bool once_a_second(_Atomic int64_t *next)
 {
-	static _Atomic int64_t next;
-	int64_t now = shunt_now_ns(), at = atomic_load_explicit(&next, memory_order_relaxed);
+	int64_t now = shunt_now_ns(), at = atomic_load_explicit(next, memory_order_relaxed);
 
-	return now >= at && atomic_compare_exchange_strong(&next, &at, now + 1000000000);
+	return now >= at && atomic_compare_exchange_strong(next, &at, now + 1000000000);
 }
+
+static _Atomic int64_t next_look, next_count;
 
 void shunt_relisten_poke(void)
 {
 	if (shunt_ctl_has_session() && !atomic_load_explicit(&pending, memory_order_relaxed) &&
-	    !time_to_look())
+	    !once_a_second(&next_look))
 		return;
 	shunt_fork_enter();
 	/*
@@ -270,5 +271,12 @@ void shunt_relisten_poke(void)
 	 */
 	if (!shunt_ctl_has_session() || !shunt_ctl_alive())
 		shunt_ctl_session();
+	/*
+	 * Still none: count again what our channels hold (lost(), on the way
+	 * out, once a second). A client that queued as shuntd died may have
+	 * been counted off by the drain, and would wait for shuntd to come back.
+	 */
+	if (!shunt_ctl_has_session() && once_a_second(&next_count))
+		shunt_relisten_lost();
 	shunt_fork_leave();
 }
