@@ -49,6 +49,7 @@ enum shunt_chan_state {
 enum shunt_slot_state {
 	SHUNT_SLOT_FREE = 0,		/* shuntd gave it back: a client may take it */
 	SHUNT_SLOT_USED = 1,		/* a connection lives in it */
+	SHUNT_SLOT_SEALED = 2,		/* the channel is closed for good: nobody takes it */
 };
 
 static inline uint32_t shunt_slot_word(uint32_t gen, uint32_t state)

@@ -95,15 +95,55 @@ static void chan_free(struct shuntd *d, struct channel *ch)
 	free(ch);
 }
 
-/* Nobody can use it any more and nothing lives in it: gone. */
+/*
+ * Seal every free slot of closed channel @ch, so that no client can take
+ * one any more (its claim fails and it asks shuntd, as when every slot is
+ * taken). Whether none is left in use: a client that saw the channel open
+ * a moment ago may hold one it has not journaled yet (or one that died
+ * before it could), which keeps the channel until that connection is done.
+ */
+static bool seal(struct channel *ch)
+{
+	_Atomic uint32_t *st = slot_states(ch);
+	bool idle = true;
+
+	for (uint32_t i = 0; i < ch->slots; i++) {
+		uint32_t w = atomic_load(&st[i]);
+
+		/* Pairs with the client's CAS in claim_slot: one of the two takes the slot. */
+		while (shunt_slot_state(w) == SHUNT_SLOT_FREE &&
+		       !atomic_compare_exchange_weak(&st[i], &w,
+						     shunt_slot_word(shunt_slot_gen(w),
+								     SHUNT_SLOT_SEALED)))
+			;
+		idle = idle && shunt_slot_state(w) != SHUNT_SLOT_USED;
+	}
+	return idle;
+}
+
+/*
+ * Nobody can use it any more and nothing lives in it: gone. That is when
+ * it is closed (its listener or its client went, or a policy reload), no
+ * circuit lives in it, nothing waits in its queue for an acceptor, and no
+ * client holds a slot of it. Its client and the listener's holders may
+ * keep their mappings; what they write there no longer reaches anyone.
+ */
 static void chan_maybe_free(struct shuntd *d, struct channel *ch)
 {
-	if (!ch->client && !ch->listener && !ch->live)
-		chan_free(d, ch);
+	if (ch->live || !ch->closed || ch->busy)
+		return;
+	if ((ch->listener && occupancy(ch)) || !seal(ch))
+		return;
+	if (ch->client)
+		shunt_list_del(&ch->client_node);
+	if (ch->listener)
+		shunt_list_del(&ch->listener_node);
+	chan_free(d, ch);
 }
 
 static void chan_close(struct channel *ch)
 {
+	ch->closed = true;
 	atomic_store_explicit(&ch->hdr->state, SHUNT_CHAN_CLOSED, memory_order_release);
 }
 
@@ -462,6 +502,12 @@ void shuntd_chan_listener_gone(struct shuntd *d, struct listener *l)
 	shunt_list_for_each(pos, &l->holds)
 		shuntd_journal_read(d, shunt_container_of(pos, struct hold, node)->session);
 
+	/*
+	 * Circuits ended below (and by the journals read) give their slots
+	 * back: no channel of @l goes while we walk them.
+	 */
+	shunt_list_for_each(pos, &l->channels)
+		shunt_container_of(pos, struct channel, listener_node)->busy = true;
 	shunt_list_for_each_safe(pos, tmp, &l->channels) {
 		struct channel *ch = shunt_container_of(pos, struct channel, listener_node);
 		struct shunt_chan_entry *q = queue(ch);
@@ -494,6 +540,7 @@ void shuntd_chan_listener_gone(struct shuntd *d, struct listener *l)
 		atomic_store(&ch->hdr->head, tail);
 		shunt_list_del(&ch->listener_node);
 		ch->listener = NULL;
+		ch->busy = false;
 		chan_maybe_free(d, ch);
 	}
 }
@@ -505,6 +552,8 @@ void shuntd_chan_client_gone(struct shuntd *d, struct session *s)
 
 	shunt_list_for_each_safe(pos, tmp, &s->channels) {
 		ch = shunt_container_of(pos, struct channel, client_node);
+		/* Circuits ended below give their slots back: the channel stays until we are done. */
+		ch->busy = true;
 		chan_close(ch);
 		shunt_list_del(&ch->client_node);
 		ch->client = NULL;
@@ -516,6 +565,7 @@ void shuntd_chan_client_gone(struct shuntd *d, struct session *s)
 			    shunt_list_empty(&c->end[SHUNT_END_CONNECTOR].holds))
 				shuntd_circuit_end_done(d, c, SHUNT_END_CONNECTOR, true);
 		}
+		ch->busy = false;
 		chan_maybe_free(d, ch);
 	}
 	/* Only ids: a channel given to it may be gone already. */

@@ -253,6 +253,8 @@ struct channel {
 	 */
 	uint32_t *gone_queued;
 	uint32_t live;			/* circuits living in it */
+	bool closed;			/* no more connections: hdr->state, as we wrote it */
+	bool busy;			/* its listener or client going: not freed under them */
 	struct shunt_list client_node;	/* in client->channels */
 	struct shunt_list listener_node;	/* in listener->channels */
 };

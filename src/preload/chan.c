@@ -42,6 +42,8 @@ struct shunt_chan {
 	struct shunt_wire_addr dst;	/* what connect() names to use it */
 	struct shunt_wire_addr src;	/* the source address, when the socket is not bound */
 	uint32_t cursor;		/* under tx_lock: where to look for a free slot first */
+	/* An acceptor's only, under list_lock: of a dead shuntd, nobody queues here any more. */
+	bool orphan;
 	struct shunt_chan *next;	/* under list_lock */
 };
 
@@ -368,9 +370,62 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 	return 0;
 }
 
+/* How many are queued in @ch, from indices its users write (0 if they make no sense). */
+static uint32_t queued(struct shunt_chan *ch, uint64_t *head_out)
+{
+	/* Q2 (acquire): the entries before tail are written. */
+	uint64_t tail = atomic_load_explicit(&ch->hdr->tail, memory_order_acquire);
+	uint64_t head = atomic_load_explicit(&ch->hdr->head, memory_order_acquire);
+
+	*head_out = head;
+	return tail - head <= ch->slots ? (uint32_t)(tail - head) : 0;
+}
+
+/*
+ * Whether shuntd let go of acceptor channel @ch for good: closed, nothing
+ * queued, every slot sealed (shuntd seals them when no client can queue
+ * there any more and no connection lives there). Words anyone may write:
+ * a liar only loses its own connections to this listener.
+ */
+static bool sealed(struct shunt_chan *ch)
+{
+	_Atomic uint32_t *st = slot_states(ch);
+	uint64_t head;
+
+	if (atomic_load_explicit(&ch->hdr->state, memory_order_acquire) != SHUNT_CHAN_CLOSED ||
+	    queued(ch, &head))
+		return false;
+	for (uint32_t i = 0; i < ch->slots; i++)
+		if (shunt_slot_state(atomic_load_explicit(&st[i], memory_order_relaxed)) !=
+		    SHUNT_SLOT_SEALED)
+			return false;
+	return true;
+}
+
+/*
+ * Drop this process's channels of @listener that shuntd let go of (their
+ * clients exited), so that a server whose clients come and go keeps only
+ * the channels of those that are there. Under list_lock; the dropped ones
+ * are put on *@gone.
+ */
+static void prune_locked(uint64_t listener, struct shunt_chan **gone)
+{
+	struct shunt_chan **p = &acceptors, *ch;
+
+	while ((ch = *p)) {
+		if (ch->listener == listener && sealed(ch)) {
+			*p = ch->next;
+			ch->next = *gone;
+			*gone = ch;
+		} else {
+			p = &ch->next;
+		}
+	}
+}
+
 int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 {
-	struct shunt_chan *ch, *c;
+	struct shunt_chan *ch, *c, *gone = NULL;
 	int err;
 
 	ch = chan_map(g, &err);
@@ -387,6 +442,8 @@ int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 	for (c = acceptors; c && c->id != ch->id; c = c->next)
 		;
 	if (!c) {
+		/* A new client's: a good time to let go of those that left. */
+		prune_locked(listener, &gone);
 		ch->next = acceptors;
 		acceptors = ch;
 		ch = NULL;
@@ -394,18 +451,11 @@ int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 	pthread_mutex_unlock(&list_lock);
 	if (ch)
 		shunt_chan_put(ch);	/* had it already */
+	while ((c = gone)) {
+		gone = c->next;
+		shunt_chan_put(c);
+	}
 	return 0;
-}
-
-/* How many are queued in @ch, from indices its users write (0 if they make no sense). */
-static uint32_t queued(struct shunt_chan *ch, uint64_t *head_out)
-{
-	/* Q2 (acquire): the entries before tail are written. */
-	uint64_t tail = atomic_load_explicit(&ch->hdr->tail, memory_order_acquire);
-	uint64_t head = atomic_load_explicit(&ch->hdr->head, memory_order_acquire);
-
-	*head_out = head;
-	return tail - head <= ch->slots ? (uint32_t)(tail - head) : 0;
 }
 
 bool shunt_chan_pending(uint64_t listener)
@@ -529,6 +579,26 @@ bool shunt_chan_count_off(int doorbell)
 	return shunt_syscall(SYS_read, doorbell, &one, sizeof(one)) == sizeof(one);
 }
 
+/* @ch, an orphan, was emptied: it goes from the list (its connections keep it mapped). */
+static void drop_orphan(struct shunt_chan *ch)
+{
+	struct shunt_chan **p;
+	uint64_t head;
+	bool found = false;
+
+	pthread_mutex_lock(&list_lock);
+	for (p = &acceptors; *p; p = &(*p)->next)
+		if (*p == ch) {
+			found = ch->orphan && !queued(ch, &head);
+			if (found)
+				*p = ch->next;
+			break;
+		}
+	pthread_mutex_unlock(&list_lock);
+	if (found)
+		shunt_chan_put(ch);
+}
+
 int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
 		      bool *counted, struct shunt_conn **out, struct shunt_journal_entry *je)
 {
@@ -549,6 +619,8 @@ int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, in
 			continue;
 		}
 		*counted = false;
+		if (ch->orphan)
+			drop_orphan(ch);
 		w = en.slot < ch->slots ? atomic_load(&slot_states(ch)[en.slot]) : 0;
 		if (en.slot >= ch->slots || shunt_slot_state(w) != SHUNT_SLOT_USED ||
 		    shunt_slot_gen(w) != en.gen || shunt_addr_check(&en.client) < 0 ||
@@ -594,26 +666,63 @@ void shunt_chan_forget_listener(uint64_t listener)
 	}
 }
 
-void shunt_chan_drop_all(void)
+void shunt_chan_drop_clients(void)
 {
 	struct shunt_chan *gone, *ch;
 
 	pthread_mutex_lock(&list_lock);
 	gone = clients;
 	clients = NULL;
-	for (ch = gone; ch && ch->next; ch = ch->next)
-		;
-	if (ch)
-		ch->next = acceptors;
-	else
-		gone = acceptors;
-	acceptors = NULL;
 	pthread_mutex_unlock(&list_lock);
 	/* Connections in their slots keep them mapped as long as they live. */
 	while ((ch = gone)) {
 		gone = ch->next;
 		shunt_chan_put(ch);
 	}
+}
+
+uint32_t shunt_chan_queued(uint64_t listener)
+{
+	struct shunt_chan *ch;
+	uint64_t head;
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&list_lock);
+	for (ch = acceptors; ch; ch = ch->next)
+		if (ch->listener == listener)
+			n += queued(ch, &head);
+	pthread_mutex_unlock(&list_lock);
+	return n;
+}
+
+uint32_t shunt_chan_move_listener(uint64_t from, uint64_t to)
+{
+	struct shunt_chan **p = &acceptors, *gone = NULL, *ch;
+	uint64_t head;
+	uint32_t n = 0, q;
+
+	pthread_mutex_lock(&list_lock);
+	while (*p) {
+		ch = *p;
+		if (ch->listener != from) {
+			p = &ch->next;
+		} else if ((q = queued(ch, &head))) {
+			ch->listener = to;
+			ch->orphan = true;
+			n += q;
+			p = &ch->next;
+		} else {
+			*p = ch->next;
+			ch->next = gone;
+			gone = ch;
+		}
+	}
+	pthread_mutex_unlock(&list_lock);
+	while ((ch = gone)) {
+		gone = ch->next;
+		shunt_chan_put(ch);
+	}
+	return n;
 }
 
 void shunt_chan_fork_prepare(void)

@@ -75,8 +75,24 @@ bool shunt_chan_spin_pending(uint64_t listener, int64_t deadline);
 /* This process no longer holds @listener: its channels go (their connections stay). */
 void shunt_chan_forget_listener(uint64_t listener);
 
-/* The session they were granted in is over (shuntd died): every channel goes. */
-void shunt_chan_drop_all(void);
+/*
+ * The session they were granted in is over (shuntd died): the channels kept
+ * for connecting go (the next connect asks shuntd, or the kernel). The
+ * acceptors' channels stay: what clients queued in them before shuntd died
+ * is shared memory we map, and accept() still takes it.
+ */
+void shunt_chan_drop_clients(void);
+
+/* How many connections this process's channels of @listener hold queued. */
+uint32_t shunt_chan_queued(uint64_t listener);
+
+/*
+ * Listener @from is registered again, as @to (a new shuntd): its channels
+ * that still hold queued connections become @to's, so that accept() takes
+ * them, until they are empty; the empty ones go (no client queues in them
+ * any more). Returns how many connections the moved channels hold.
+ */
+uint32_t shunt_chan_move_listener(uint64_t from, uint64_t to);
 
 uint32_t shunt_chan_ring_size(const struct shunt_chan *ch);
 void shunt_chan_put(struct shunt_chan *ch);

@@ -106,7 +106,7 @@ static void drop_session(const char *why, int err)
 	ctl_warned = true;
 	shunt_journal_drop();
 	shunt_directory_drop();
-	shunt_chan_drop_all();
+	shunt_chan_drop_clients();
 	shunt_close_hidden(ctl_fd);
 	ctl_fd = -1;
 	ctl_hello_pending = ctl_late = false;
@@ -740,10 +740,15 @@ int shunt_ctl_accept(int fd, uint64_t listener, bool counted, struct shunt_grant
 	r = request_circuit(&m, fd, 2, g, NULL, NULL);
 	/*
 	 * shuntd is gone, and what it had queued went with it: nothing to
-	 * take, the kernel's queue is still there (and the stale doorbell is
-	 * drained by relisten.c before the caller waits again).
+	 * take, the kernel's queue is still there. The doorbell rang for
+	 * nothing: relisten.c counts again, before the caller waits again,
+	 * only what our channels hold.
 	 */
-	return r == -ENOTCONN ? -EAGAIN : r;
+	if (r == -ENOTCONN) {
+		shunt_relisten_lost();
+		return -EAGAIN;
+	}
+	return r;
 }
 
 int shunt_ctl_close(uint64_t circuit, unsigned end, bool shared)

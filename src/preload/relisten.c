@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "common/sys.h"
+#include "preload/chan.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
 #include "preload/explain.h"
@@ -47,6 +48,15 @@ static void drain(int bell)
 
 	while (shunt_syscall(SYS_read, bell, &v, sizeof(v)) == (long)sizeof(v))
 		;
+}
+
+/* Add @n to doorbell @bell: connections queued in our channels that it must count. */
+static void count(int bell, uint32_t n)
+{
+	uint64_t v = n;
+
+	if (n)
+		(void)!shunt_syscall(SYS_write, bell, &v, sizeof(v));
 }
 
 /* Whether descriptors @a and @b are the same open file: 1, 0, or -1 if we cannot tell. */
@@ -114,6 +124,11 @@ static void swap_bell(struct shunt_sock *s, uint64_t id, int bell)
 		return;
 	}
 	shunt_epoll_sock_bell(s, false);
+	/*
+	 * What clients queued in our channels before shuntd died is taken
+	 * under the new registration, counted on its doorbell.
+	 */
+	count(bell, shunt_chan_move_listener(s->listener, id));
 	s->doorbell = bell;
 	s->listener = id;
 	shunt_epoll_sock_bell(s, true);
@@ -162,14 +177,24 @@ out:
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* Registered with a session that died: its doorbell counts circuits that died with shuntd. */
+/*
+ * Registered with a session that died: its doorbell counts circuits that
+ * died with shuntd, and the connections clients queued in our channels,
+ * which did not (shared memory we map): only those stay counted. A thread
+ * of ours that takes one of them between the drain and the count can leave
+ * the count one off: one short, a connection waits for the next one to be
+ * accepted; one over, the accept() it wakes finds nothing and has it
+ * counted again (shunt_ctl_accept). A single acceptor is exact.
+ */
 static void lost(struct shunt_sock *s)
 {
 	pthread_mutex_lock(&s->lock);
 	/* A registration made since, under this lock, would have opened a session. */
 	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->doorbell >= 0 &&
-	    !shunt_ctl_has_session())
+	    !shunt_ctl_has_session()) {
 		drain(s->doorbell);
+		count(s->doorbell, shunt_chan_queued(s->listener));
+	}
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -222,11 +247,36 @@ void shunt_relisten_run(void)
 	free(seen);
 }
 
+/* Whether this thread is the one to do what is done at most once a second, @next on. */
+static bool once_a_second(_Atomic int64_t *next)
+{
+	int64_t now = shunt_now_ns(), at = atomic_load_explicit(next, memory_order_relaxed);
+
+	return now >= at && atomic_compare_exchange_strong(next, &at, now + 1000000000);
+}
+
+static _Atomic int64_t next_look, next_count;
+
 void shunt_relisten_poke(void)
 {
-	if (shunt_ctl_has_session() && !atomic_load_explicit(&pending, memory_order_relaxed))
+	if (shunt_ctl_has_session() && !atomic_load_explicit(&pending, memory_order_relaxed) &&
+	    !once_a_second(&next_look))
 		return;
 	shunt_fork_enter();
-	shunt_ctl_session();
+	/*
+	 * The session we think open may be with a shuntd that died: a process
+	 * that asked shuntd nothing since would never learn of it, and its
+	 * listeners would stay on the kernel after a new shuntd came. One look
+	 * (a ppoll) drops it if so, and the next poke opens a new one.
+	 */
+	if (!shunt_ctl_has_session() || !shunt_ctl_alive())
+		shunt_ctl_session();
+	/*
+	 * Still none: count again what our channels hold (lost(), on the way
+	 * out, once a second). A client that queued as shuntd died may have
+	 * been counted off by the drain, and would wait for shuntd to come back.
+	 */
+	if (!shunt_ctl_has_session() && once_a_second(&next_count))
+		shunt_relisten_lost();
 	shunt_fork_leave();
 }

@@ -32,9 +32,10 @@ void shunt_relisten_run(void);
 
 /*
  * A listener just accepted a kernel connection: if this process has no
- * session, try to open one (at most once a second, as every request does)
- * and register again if it finds a new daemon. This is how a server that
- * only ever waits in accept() finds a restarted shuntd. No lock held.
+ * session, or (looked at once a second) its session's shuntd died, try to
+ * open one (at most once a second, as every request does) and register
+ * again if it finds a new daemon. This is how a server that only ever
+ * waits in accept() finds a restarted shuntd. No lock held.
  */
 void shunt_relisten_poke(void);
 

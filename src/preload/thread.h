@@ -10,7 +10,8 @@ struct shunt_thread {
 };
 
 /*
- * Start @t detached, with a small stack and every signal blocked (no
+ * Start @t detached, with a small stack (the default one when the
+ * program's static TLS does not fit in it) and every signal blocked (no
  * signal of the program's may land in it), named from inside (prctl
  * through the seccomp gate, not a write to /proc on the caller's time). 0,
  * or an error number.

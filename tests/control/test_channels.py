@@ -119,3 +119,68 @@ def test_more_connections_than_slots(daemon, shunt_cli, tools, tmp_path):
     _, total = tools.read_stats(stats)
     assert total.get("shm_connect", 0) == 2 * CONNS, total
     assert total.get("kernel_connect", 0) == 0, total
+
+
+def daemon_pid(sock):
+    """The pid of the shuntd serving @sock."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"shuntd") and os.fsencode(sock) in argv:
+            return int(entry)
+    raise AssertionError(f"no shuntd serves {sock}")
+
+
+def memfds(pid, name):
+    """How many mappings (or, for shuntd, descriptors) of memfd @name pid holds."""
+    with open(f"/proc/{pid}/maps") as f:
+        maps = sum(f"/memfd:{name} " in line for line in f)
+    fds = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds += os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"/memfd:{name} ")
+        except OSError:
+            pass
+    return maps, fds
+
+
+def test_clients_that_come_and_go_leave_no_channels(daemon, shunt_cli, build_dir, tools,
+                                                    tmp_path):
+    """Each client process gets a channel of its own to the listener. When
+    it exits, shuntd lets go of it (before, shuntd kept its memfd open, and
+    the server its mapping of hundreds of MiB of address space, as long as
+    the listener lived: one per client process ever seen)."""
+    storm = build_dir / "tests" / "control" / "storm"
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=daemon, SHUNT_STATS=str(tmp_path / "stats.jsonl"))
+    portfile = tmp_path / "port"
+    server = subprocess.Popen([str(shunt_cli()), "run", "--no-daemon", "--", str(storm), "server",
+                               str(portfile)], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not (portfile.exists() and portfile.read_text().strip()):
+            assert time.monotonic() < deadline and server.poll() is None, "no listener"
+            time.sleep(0.02)
+        shuntd = daemon_pid(daemon)
+        for i in range(20):
+            res = subprocess.run([str(shunt_cli()), "run", "--no-daemon", "--", str(storm),
+                                  "client", portfile.read_text().strip(), "2"],
+                                 input="run 10 0\nquit\n", capture_output=True, text=True,
+                                 env=env, timeout=60)
+            assert res.returncode == 0 and "done ok=10 " in res.stdout, res.stdout + res.stderr
+        deadline = time.monotonic() + 10
+        while ((memfds(server.pid, "shunt-channel")[0] > 1 or memfds(shuntd, "shunt-channel")[1])
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        # The last client's channel stays until the next client comes.
+        assert memfds(server.pid, "shunt-channel")[0] <= 1, memfds(server.pid, "shunt-channel")
+        assert memfds(shuntd, "shunt-channel") == (0, 0), memfds(shuntd, "shunt-channel")
+    finally:
+        server.kill()
+        server.wait()
+    _, total = tools.read_stats(tmp_path / "stats.jsonl")
+    assert total.get("shm_connect", 0) == 200, total

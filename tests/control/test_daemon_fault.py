@@ -552,3 +552,163 @@ def test_f_every_exit_says_why(build_dir, tmp_path, how):
         assert rc == -sig, (rc, said)
         assert f"dying of signal {sig} ({how[3:]})" in said and "backtrace:" in said, said
         assert "shuntd(" in said or "main" in said or "0x" in said, said
+
+
+# A listener's holder, driven by lines on stdin: "listen2" makes a second
+# listener (a request to shuntd: a dead one is noticed there), "accept"
+# takes one connection and echoes 5 bytes on it.
+QUEUED_SERVER = """\
+import socket, sys
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(8)
+print(ls.getsockname()[1], flush=True)
+for line in sys.stdin:
+    if line.strip() == "listen2":
+        other = socket.socket()
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        print("listening", flush=True)
+    elif line.strip() == "accept":
+        ls.settimeout(5)
+        try:
+            c, _ = ls.accept()
+            c.settimeout(5)
+            c.sendall(c.recv(5))
+            print("echoed", flush=True)
+        except OSError as e:
+            print("error", type(e).__name__, flush=True)
+"""
+
+QUEUED_CLIENT = """\
+import socket, sys
+for word in (b"first", b"hello"):
+    c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    print("connected", flush=True)
+    sys.stdin.readline()
+    c.settimeout(10)
+    c.sendall(word)
+    print("got", c.recv(5).decode() or "EOF", flush=True)
+    c.close()
+"""
+
+
+@pytest.mark.shunt
+def test_g_a_connection_queued_in_a_channel_outlives_shuntd(build_dir, shunt_bin, tools,
+                                                            tmp_path):
+    """A connection a client queued in its channel just before shuntd
+    died is shared memory both processes hold (the server mapped the
+    channel when it accepted the first connection): the server's accept()
+    still takes it after it noticed that shuntd is gone (before, it dropped
+    its channels and their doorbell count then, and the client waited for
+    an answer for ever), and after a new shuntd is there."""
+    sock = str(tmp_path / "s.sock")
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=sock, SHUNT_STATS=str(tmp_path / "stats.jsonl"), SHUNT_LOG="info")
+    procs = []
+
+    def start(argv):
+        p = Proc(argv, env, tmp_path / f"p{len(procs)}.stderr")
+        procs.append(p)
+        return p
+
+    daemon = start([build_dir / "src" / "daemon" / "shuntd", "--socket", sock])
+    try:
+        for restart in (False, True):
+            if daemon.proc.poll() is not None:
+                daemon = start([build_dir / "src" / "daemon" / "shuntd", "--socket", sock])
+            wait_for(lambda: daemon_answers(sock), "shuntd")
+            server = start([shunt_bin, "run", "--no-daemon", "--", PYTHON, "-c", QUEUED_SERVER])
+            port = server.expect("")
+            client = start([shunt_bin, "run", "--no-daemon", "--", PYTHON, "-c", QUEUED_CLIENT,
+                            port])
+            client.expect("connected")
+            server.send("accept")
+            client.send("go")
+            assert server.expect("") == "echoed", server.stderr()
+            assert client.expect("got") == "got first", client.stderr()
+            client.expect("connected")
+            os.kill(daemon.pid, signal.SIGKILL)
+            daemon.proc.wait()
+            server.send("listen2")
+            server.expect("listening")
+            if restart:
+                daemon = start([build_dir / "src" / "daemon" / "shuntd", "--socket", sock])
+                wait_for(lambda: daemon_answers(sock), "the new shuntd")
+                time.sleep(1.1)              # a new session is tried at most once a second
+                server.send("listen2")       # the server's next request finds it
+                server.expect("listening")
+                assert "registered again" in server.stderr(), server.stderr()
+            server.send("accept")
+            client.send("go")
+            assert server.expect("") == "echoed", server.stderr()
+            assert client.expect("got") == "got hello", client.stderr()
+            server.proc.stdin.close()
+            for p in (client, server):
+                assert p.proc.wait(timeout=HANG_S) == 0, p.stderr()
+        _, total = tools.read_stats(tmp_path / "stats.jsonl")
+        assert total.get("shm_accept", 0) == 4, total
+    finally:
+        for p in procs:
+            p.stop()
+
+
+@pytest.mark.shunt
+def test_h_a_server_that_asks_nothing_finds_a_new_shuntd(build_dir, shunt_bin, tools,
+                                                         tmp_path):
+    """A server that asks shuntd nothing after shuntd dies (it only accepts,
+    and its clients came through a channel) learns that its session is over
+    from a kernel connection its listener accepts (it looks at most once a
+    second), and registers its listener with the next shuntd: connections go
+    over shared memory again. Before, it kept believing in the dead session,
+    and every connection went over the kernel for as long as it lived."""
+    sock = str(tmp_path / "s.sock")
+    storm = build_dir / "tests" / "control" / "storm"
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=sock, SHUNT_LOG="info")
+    procs = []
+
+    def start(argv, name):
+        p = Proc(argv, env, tmp_path / f"{name}.stderr")
+        procs.append(p)
+        return p
+
+    def circuits():
+        out = subprocess.run([str(shunt_bin), "status", "--json"], env=env, capture_output=True,
+                             text=True, timeout=HANG_S)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["totals"]["circuits_total"]
+
+    shuntd = [build_dir / "src" / "daemon" / "shuntd", "--socket", sock]
+    daemon = start(shuntd, "shuntd.0")
+    try:
+        wait_for(lambda: daemon_answers(sock), "shuntd")
+        portfile = tmp_path / "port"
+        server = start([shunt_bin, "run", "--no-daemon", "--", storm, "server", portfile],
+                       "server")
+        wait_for(lambda: portfile.exists() and portfile.read_text().strip(), "the server")
+        client = start([shunt_bin, "run", "--no-daemon", "--", storm, "client",
+                        portfile.read_text().strip(), 1], "client")
+        client.expect("ready")
+        client.send("run 20 0")
+        assert client.expect("done").startswith("done ok=20 ")
+        assert circuits() == 20
+        time.sleep(0.2)                  # nothing left for the server to ask
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.proc.wait()
+        daemon = start(shuntd, "shuntd.1")
+        wait_for(lambda: daemon_answers(sock), "the new shuntd")
+        deadline = time.monotonic() + 10
+        while True:
+            before = circuits()
+            client.send("run 20 0")
+            assert client.expect("done").startswith("done ok=20 ")
+            if circuits() - before == 20:
+                break
+            assert time.monotonic() < deadline, \
+                f"connections still go over the kernel\nserver: {server.stderr()}"
+            time.sleep(0.1)
+        assert "registered again" in server.stderr(), server.stderr()
+    finally:
+        for p in procs:
+            p.stop()
