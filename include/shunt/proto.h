@@ -66,8 +66,9 @@ enum shunt_reply_status {
 	 */
 	SHUNT_USE_CHANNEL = 7,
 	/*
-	 * connect: the library stopped waiting before shuntd took the request
-	 * (SHUNT_CONNECT_DEADLINE): nothing was done, the kernel connected it.
+	 * connect, accept: the library stopped waiting before shuntd took the
+	 * request (SHUNT_*_DEADLINE): nothing was done; the kernel connected
+	 * it, or the acceptor looks again.
 	 */
 	SHUNT_ABANDONED = 8,
 };
@@ -205,11 +206,8 @@ struct shunt_msg_connect_kernel {
 };
 
 enum shunt_accept_flags {
-	/*
-	 * The acceptor took the connection's count off the listener's
-	 * doorbell itself (docs/connect.md): shuntd must not take another.
-	 */
-	SHUNT_ACCEPT_COUNTED = 1u << 0,
+	/* As SHUNT_CONNECT_DEADLINE: the library may stop waiting (docs/connect.md). */
+	SHUNT_ACCEPT_DEADLINE = 1u << 0,
 };
 
 struct shunt_msg_accept {

@@ -224,6 +224,11 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	int r = shuntd_socket_facts(fd, &f), half;
 
 	close(fd);
+	/* Given up on before we took it: nothing is handed out, nothing is lost. */
+	if ((m->flags & SHUNT_ACCEPT_DEADLINE) && !shuntd_journal_claim(s, m->h.seq)) {
+		shuntd_session_reply_status(s, SHUNT_MSG_ACCEPT, m->h.seq, SHUNT_ABANDONED);
+		return;
+	}
 	/* Whoever holds the listening socket may accept on it, and no one else. */
 	if (r == 0 && (!l || !f.listening || f.inode != l->inode))
 		r = -ENOENT;
@@ -243,8 +248,7 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	}
 	c = shunt_list_first(&l->acceptq, struct circuit, queue_node);
 	shuntd_circuit_unqueue(c);
-	if (!(m->flags & SHUNT_ACCEPT_COUNTED))
-		eventfd_read(l->doorbell, &one);
+	eventfd_read(l->doorbell, &one);
 	shuntd_listener_admit(d, l);
 	h = shuntd_hold_end(c, SHUNT_END_ACCEPTOR, s);
 	if (!h) {

@@ -345,14 +345,15 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 	q->queued_ns = shunt_now_ns();
 	q->client = local;
 	q->dst = *dst;
-	/* Q2: pairs with the acceptor's acquire of tail: the entry and the slot are written. */
-	atomic_store_explicit(&ch->hdr->tail, tail + 1, memory_order_release);
 	/*
-	 * Counted on the doorbell once it can be taken: an acceptor takes a
-	 * count before an entry, so a count always finds its connection,
-	 * here or at shuntd (docs/connect.md, "The doorbell").
+	 * Counted on the doorbell before it can be taken, so that the count
+	 * never falls short of what is there: an acceptor woken by it finds
+	 * the entry, or finds it a moment later (or asks shuntd meanwhile,
+	 * which answers EAGAIN; a stopped one is given up on: control.c).
 	 */
 	shunt_eventfd_signal(ch->doorbell);
+	/* Q2: pairs with the acceptor's acquire of tail: the entry and the slot are written. */
+	atomic_store_explicit(&ch->hdr->tail, tail + 1, memory_order_release);
 	pthread_mutex_unlock(&tx_lock);
 
 	je.channel = ch->id;
@@ -535,9 +536,9 @@ static struct shunt_chan *oldest(uint64_t listener)
 }
 
 /* Take the entry at @ch's head, under its acceptors' lock. 0, or -EAGAIN if none. */
-static int take(struct shunt_chan *ch, struct shunt_chan_entry *en)
+static int take(struct shunt_chan *ch, int doorbell, struct shunt_chan_entry *en)
 {
-	uint64_t head, tail;
+	uint64_t head, tail, one;
 	bool other;
 	int r = -EAGAIN;
 
@@ -550,6 +551,14 @@ static int take(struct shunt_chan *ch, struct shunt_chan_entry *en)
 		atomic_store_explicit(&ch->hdr->head, tail, memory_order_release);
 	} else if (tail != head) {
 		memcpy(en, &queue(ch)[head % ch->slots], sizeof(*en));
+		/*
+		 * Each queued entry was counted once, just before it was queued.
+		 * Counted off before the entry is seen gone, so that another
+		 * acceptor that finds the queue empty and the doorbell still
+		 * ringing knows that something else rang it (shuntd's own
+		 * queue), and does not ask shuntd for what we took.
+		 */
+		(void)!shunt_syscall(SYS_read, doorbell, &one, sizeof(one));
 		/* Q1: pairs with the client's acquire of head before it writes this entry again. */
 		atomic_store_explicit(&ch->hdr->head, head + 1, memory_order_release);
 		r = 0;
@@ -570,13 +579,6 @@ void shunt_chan_journal(struct shunt_journal_entry *je, int fd)
 		shunt_ctl_barrier();
 		shunt_journal_add(je);
 	}
-}
-
-bool shunt_chan_count_off(int doorbell)
-{
-	uint64_t one;
-
-	return shunt_syscall(SYS_read, doorbell, &one, sizeof(one)) == sizeof(one);
 }
 
 /* @ch, an orphan, was emptied: it goes from the list (its connections keep it mapped). */
@@ -600,7 +602,7 @@ static void drop_orphan(struct shunt_chan *ch)
 }
 
 int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
-		      bool *counted, struct shunt_conn **out, struct shunt_journal_entry *je)
+		      struct shunt_conn **out, struct shunt_journal_entry *je)
 {
 	struct shunt_wire_addr ends[2], peers[2];
 	struct shunt_chan_entry en;
@@ -609,16 +611,10 @@ int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, in
 	while ((ch = oldest(listener))) {
 		uint32_t w;
 
-		/* Each queued entry was counted once, after it was queued: one count, one entry. */
-		if (!*counted && !(*counted = shunt_chan_count_off(doorbell))) {
-			shunt_chan_put(ch);
-			return -EAGAIN;
-		}
-		if (take(ch, &en) < 0) {
+		if (take(ch, doorbell, &en) < 0) {
 			shunt_chan_put(ch);
 			continue;
 		}
-		*counted = false;
 		if (ch->orphan)
 			drop_orphan(ch);
 		w = en.slot < ch->slots ? atomic_load(&slot_states(ch)[en.slot]) : 0;

@@ -39,25 +39,14 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener);
 
 /*
- * Take one count off listener doorbell @doorbell: true if there was one,
- * which entitles the caller to one queued connection (in a channel, or at
- * shuntd). Clients count a connection only once it is queued.
- */
-bool shunt_chan_count_off(int doorbell);
-
-/*
  * Take the oldest connection queued in this process's channels of listener
- * @listener, whose socket is bound to @laddr. *@counted: the caller holds
- * a count off @doorbell (else one is taken first); it is used up by the
- * entry taken, valid or not (one a client spoilt is skipped, with another
- * count). Returns 0 with the connection (the acceptor's end) in *@out and
- * its journal entry in *@je (to append with shunt_chan_journal once the
- * accepted socket exists), or -EAGAIN: none here, *@counted says whether
- * the count is still held (its connection is at shuntd, or in a channel
- * this process has not mapped).
+ * @listener, whose socket is bound to @laddr, and count it off @doorbell.
+ * Returns 0 with the connection (the acceptor's end) in *@out and its
+ * journal entry in *@je (to append with shunt_chan_journal once the
+ * accepted socket exists), or -EAGAIN.
  */
 int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
-		      bool *counted, struct shunt_conn **out, struct shunt_journal_entry *je);
+		      struct shunt_conn **out, struct shunt_journal_entry *je);
 
 /* Journal @je for socket @fd (-1: none): shuntd learns of the connection so. */
 void shunt_chan_journal(struct shunt_journal_entry *je, int fd);

@@ -52,7 +52,8 @@ static int64_t ctl_patience_ns = 50000000;	/* SHUNT_CONNECT_WAIT_US */
 static bool ctl_hello_pending;		/* under ctl_lock: HELLO sent, not answered */
 static struct shunt_msg_hello ctl_hello;	/* under ctl_lock: that HELLO */
 static bool ctl_late;			/* under ctl_lock: a CONNECT was given up on... */
-static uint32_t ctl_late_seq;		/* ...this one... */
+static uint32_t ctl_late_seq;		/* ...this one (or an ACCEPT)... */
+static uint16_t ctl_late_type;		/* ...of this type... */
 static struct shunt_wire_addr ctl_late_dst;	/* ...to there (a late channel is kept) */
 
 void shunt_ctl_init(void)
@@ -358,9 +359,9 @@ static bool catch_up_locked(int64_t deadline)
 	if (reply_ready_locked(deadline) == 0)
 		return false;
 	ctl_late = false;
-	shunt_proto_init(&h, SHUNT_MSG_CONNECT, sizeof(h), ctl_late_seq);
+	shunt_proto_init(&h, ctl_late_type, sizeof(h), ctl_late_seq);
 	r = receive_locked(&h, &a);
-	if (r == SHUNT_USE_CHANNEL && !a.truncated) {
+	if (ctl_late_type == SHUNT_MSG_CONNECT && r == SHUNT_USE_CHANNEL && !a.truncated) {
 		/* A channel needs no socket: the next connect there uses it. */
 		if (take_grant(r, a.buf, a.fds, a.nfds, &g) == SHUNT_USE_CHANNEL)
 			shunt_chan_install_client(&g, &ctl_late_dst);
@@ -377,7 +378,8 @@ static bool catch_up_locked(int64_t deadline)
 struct patience {
 	int64_t deadline;
 	uint32_t *flags;
-	const struct shunt_wire_addr *dst;
+	uint32_t flag;				/* SHUNT_CONNECT_DEADLINE or SHUNT_ACCEPT_DEADLINE */
+	const struct shunt_wire_addr *dst;	/* a CONNECT's (a late channel is kept) */
 };
 
 /*
@@ -409,7 +411,7 @@ static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answ
 	h->seq = ++ctl_seq;
 	may_give_up = pt && shunt_journal_claim_offer(h->seq);
 	if (may_give_up)
-		*pt->flags |= SHUNT_CONNECT_DEADLINE;
+		*pt->flags |= pt->flag;
 	r = shunt_proto_send(ctl_fd, req, fds, nfds);
 	/* The reply's descriptors are installed when we receive it: room for them now. */
 	shunt_fdlimit_release(a->want, held);
@@ -421,7 +423,9 @@ static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answ
 	    shunt_journal_claim_withdraw(h->seq)) {
 		ctl_late = true;
 		ctl_late_seq = h->seq;
-		ctl_late_dst = *pt->dst;
+		ctl_late_type = h->type;
+		if (pt->dst)
+			ctl_late_dst = *pt->dst;
 		shunt_stats.late_waits++;
 		return -ETIMEDOUT;
 	}
@@ -719,7 +723,8 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 	m.dst = *dst;
 	m.flags = flags;
 	struct patience pt = {
-		.deadline = shunt_now_ns() + ctl_patience_ns, .flags = &m.flags, .dst = dst,
+		.deadline = shunt_now_ns() + ctl_patience_ns, .flags = &m.flags,
+		.flag = SHUNT_CONNECT_DEADLINE, .dst = dst,
 	};
 	r = request_circuit(&m, fd, 1, g, why, &pt);
 	if (r == -ENOTCONN)
@@ -729,15 +734,24 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 	return r;
 }
 
-int shunt_ctl_accept(int fd, uint64_t listener, bool counted, struct shunt_grant *g)
+int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 {
 	struct shunt_msg_accept m;
 	int r;
 
 	shunt_proto_init(&m, SHUNT_MSG_ACCEPT, sizeof(m), 0);
 	m.listener = listener;
-	m.flags = counted ? SHUNT_ACCEPT_COUNTED : 0;
-	r = request_circuit(&m, fd, 2, g, NULL, NULL);
+	/*
+	 * Given up on like a connect: a doorbell that rang for a client still
+	 * queueing (chan.c) must not make accept() wait for a stopped shuntd.
+	 */
+	struct patience pt = {
+		.deadline = shunt_now_ns() + ctl_patience_ns, .flags = &m.flags,
+		.flag = SHUNT_ACCEPT_DEADLINE,
+	};
+	r = request_circuit(&m, fd, 2, g, NULL, &pt);
+	if (r == -ETIMEDOUT)
+		return -EAGAIN;
 	/*
 	 * shuntd is gone, and what it had queued went with it: nothing to
 	 * take, the kernel's queue is still there. The doorbell rang for

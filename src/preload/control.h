@@ -85,10 +85,9 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
  * Take a queued circuit of listener @listener held as @fd: 0,
  * SHUNT_USE_CHANNEL with a channel of the listener this process did not
  * have (its queue may hold connections), -EAGAIN (also when shuntd is
- * gone: what it queued went with it) or -errno. @counted: the caller took
- * the connection's count off the doorbell (else shuntd takes it).
+ * gone: what it queued went with it) or -errno.
  */
-int shunt_ctl_accept(int fd, uint64_t listener, bool counted, struct shunt_grant *g);
+int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g);
 
 /*
  * Let go of @end of @circuit. Alone holding it (@shared false), we already

@@ -688,11 +688,8 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 	return nfd;
 }
 
-/*
- * The oldest connection queued in our channels of listener @s (as @fd), as
- * a new socket; *@counted as shunt_chan_accept has it.
- */
-static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener, bool *counted,
+/* The oldest connection queued in our channels of listener @s (as @fd), as a new socket. */
+static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 				struct sockaddr *addr, socklen_t *alen, int flags)
 {
 	struct shunt_grant none = { .kernel_half = -1, .memfd = -1, .doorbell = -1 };
@@ -708,45 +705,74 @@ static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
 	    shunt_addr_to_wire((struct sockaddr *)&ss, len, &laddr) < 0)
 		return -EAGAIN;
-	r = shunt_chan_accept(listener, &laddr, s->doorbell, counted, &conn, &je);
+	r = shunt_chan_accept(listener, &laddr, s->doorbell, &conn, &je);
 	if (r < 0)
 		return r == -ENOMEM ? -ECONNABORTED : r;
 	return adopt_accepted(s, fd, conn, &none, &je, addr, alen, flags);
 }
 
 /*
- * Hand out a circuit queued on our listener as a new socket. A connection
- * is counted on the listener's doorbell once it is queued, in a channel or
- * at shuntd; an acceptor takes a count first and then the oldest entry, so
- * a count never misses its connection (docs/connect.md, "The doorbell").
+ * Keep channel @g of registration @listener, unless another thread closed
+ * or unregistered @s meanwhile (its channels were forgotten then: one kept
+ * now would stay mapped for good). Under s->lock, as forgetting is.
+ */
+static int install_channel(struct shunt_sock *s, uint64_t listener, struct shunt_grant *g)
+{
+	int r = -EAGAIN;
+
+	pthread_mutex_lock(&s->lock);
+	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->listener == listener)
+		r = shunt_chan_install_listener(g, listener);
+	else
+		shunt_grant_discard(g);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+/* Whether listener doorbell @bell counts a connection not taken yet. */
+static bool doorbell_rings(int bell)
+{
+	struct pollfd p = { bell, POLLIN, 0 };
+	struct timespec zero = { 0, 0 };
+
+	/* A filter that forbids the look: ask shuntd, as before. */
+	return bell < 0 || shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 8) != 0;
+}
+
+/*
+ * Hand out a circuit queued on our listener as a new socket. The doorbell
+ * counts what is queued, in our channels and at shuntd (docs/connect.md,
+ * "The doorbell"): a doorbell still ringing with our channels empty means
+ * shuntd may hold one, or a client is between its count and its entry.
  */
 static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 			  int flags)
 {
 	struct shunt_conn *conn = NULL;
 	struct shunt_grant g;
-	bool counted = false;
 	int r, err;
 
 	uint64_t listener = s->listener;
 
-	/* Without a doorbell there is nothing to count: shuntd counts. */
-	if (s->doorbell >= 0 && !(counted = shunt_chan_count_off(s->doorbell)))
-		return -EAGAIN;
 	/* What our channels hold first, then what shuntd queued itself. */
-	r = accept_from_channels(s, fd, listener, &counted, addr, alen, flags);
-	/* Or the count went to an entry a client spoilt, and there is no other. */
-	if (r != -EAGAIN || (s->doorbell >= 0 && !counted))
+	r = accept_from_channels(s, fd, listener, addr, alen, flags);
+	if (r != -EAGAIN)
 		return r;
-	r = shunt_ctl_accept(fd, listener, counted, &g);
+	/*
+	 * Another acceptor (a prefork sibling woken by the same doorbell) took
+	 * what it counted: nothing is left for shuntd to hand out either.
+	 */
+	if (!doorbell_rings(s->doorbell))
+		return -EAGAIN;
+	r = shunt_ctl_accept(fd, listener, &g);
 	while (r == SHUNT_USE_CHANNEL) {
 		/* A channel we did not have: its queue may hold what the doorbell counted. */
-		if (shunt_chan_install_listener(&g, listener) < 0)
+		if (install_channel(s, listener, &g) < 0)
 			return -EAGAIN;
-		r = accept_from_channels(s, fd, listener, &counted, addr, alen, flags);
-		if (r != -EAGAIN || (s->doorbell >= 0 && !counted))
+		r = accept_from_channels(s, fd, listener, addr, alen, flags);
+		if (r != -EAGAIN)
 			return r;
-		r = shunt_ctl_accept(fd, listener, counted, &g);
+		r = shunt_ctl_accept(fd, listener, &g);
 	}
 	if (r == -ENOENT) {
 		/*
@@ -831,7 +857,6 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 		    int flags)
 {
 	int64_t deadline = 0;
-	bool looked = false;
 	int kfd = fd, r;
 
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
@@ -879,16 +904,9 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			}
 			continue;
 		}
-		/*
-		 * A client of ours queues without a system call: look before
-		 * sleeping. Once: its count follows the entry at once, and if
-		 * it is not there yet, its ring wakes us.
-		 */
-		if (!looked && shunt_chan_spin_pending(s->listener, deadline)) {
-			looked = true;
+		/* A client of ours queues without a system call: look before sleeping. */
+		if (shunt_chan_spin_pending(s->listener, deadline))
 			continue;
-		}
-		looked = false;
 		if (deadline) {
 			int64_t left = deadline - shunt_now_ns();
 
