@@ -21,6 +21,7 @@
 #include "common/sys.h"
 #include "preload/chan.h"
 #include "preload/conn.h"
+#include "preload/fdtable.h"
 #include "preload/journal.h"
 #include "preload/libc.h"
 #include "preload/spin.h"
@@ -361,7 +362,11 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 	shunt_addr_ends(&local, dst, dst, ends, peers);
 	je.addr[0] = local;
 	je.addr[1] = peers[0];
-	shunt_chan_journal(&je, fd);
+	/*
+	 * The socket connect() just found in the fd table, its identity
+	 * checked there a moment ago: no fstat of our own.
+	 */
+	shunt_chan_journal(&je, fd, shunt_fdt_sock_inode(fd));
 	*out = shunt_conn_attach(ch, slot_hdr(ch, (uint32_t)slot), SHUNT_END_CONNECTOR,
 				 ch->id_base + (uint32_t)slot, &ends[0], &peers[0]);
 	/* No memory left to follow it: a connection that ends at once, as after a crash. */
@@ -558,13 +563,11 @@ static int take(struct shunt_chan *ch, struct shunt_chan_entry *en)
 	return r;
 }
 
-void shunt_chan_journal(struct shunt_journal_entry *je, int fd)
+void shunt_chan_journal(struct shunt_journal_entry *je, int fd, uint64_t inode)
 {
-	struct stat st;
-
 	je->fd = fd;
 	/* The inode proves it is still that socket when shuntd fetches it (companions). */
-	je->inode = fd >= 0 && shunt_syscall(SYS_fstat, fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+	je->inode = fd >= 0 ? inode : 0;
 	/* shuntd has not read the last few thousand: a request makes it read them first. */
 	if (shunt_journal_add(je) == -ENOSPC) {
 		shunt_ctl_barrier();

@@ -654,12 +654,16 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 			  struct sockaddr *addr, socklen_t *alen, int flags)
 {
 	struct shunt_sock *ns = NULL;
+	uint64_t ident = 0;
 	int nfd, r;
 
 	/* After the circuit's memfd is closed, so the lowest number is free. */
 	nfd = accepted_fd(s, g, flags);
+	/* One look at the new socket's identity: for the journal and the fd table both. */
+	if (nfd >= 0)
+		ident = shunt_fdt_sock_ident(nfd);
 	if (je)
-		shunt_chan_journal(je, nfd);
+		shunt_chan_journal(je, nfd, ident == SHUNT_FDT_IDENT_UNKNOWN ? 0 : ident);
 	ns = nfd >= 0 ? shunt_sock_new(s->domain, flags & SOCK_NONBLOCK) : NULL;
 	if (!ns) {
 		shunt_conn_close(conn, true);
@@ -667,6 +671,7 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 			shunt_libc.close(nfd);
 		return nfd < 0 ? nfd : -ENOMEM;
 	}
+	atomic_store_explicit(&ns->f.ident, ident, memory_order_relaxed);
 	shunt_opts_inherit(s, fd, ns, nfd);
 	ns->conn = conn;
 	shunt_sock_opts_to_circuit(ns);
