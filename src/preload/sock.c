@@ -56,6 +56,7 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	s->retired = NULL;
 	s->inherit = 0;
 	atomic_store(&s->reuseaddr, false);
+	s->laddr_known = false;
 	shunt_list_init(&s->watchers);
 	s->f.kind = SHUNT_FILE_SOCK;
 	atomic_store_explicit(&s->f.ident, 0, memory_order_relaxed);

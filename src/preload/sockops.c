@@ -105,6 +105,8 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 	r = (int)libc_ret(shunt_libc.listen(fd, backlog));
 	if (r < 0)
 		goto out;
+	/* Bound by now (listen() binds an unbound socket): the first accept asks where. */
+	s->laddr_known = false;
 	atomic_store_explicit(&s->state, SHUNT_SOCK_LISTENING, memory_order_release);
 	if (s->listener) {
 		uint64_t id;
@@ -694,6 +696,30 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 }
 
 /*
+ * The address listener @s (as @fd) is bound to: one getsockname per
+ * listen(), not one per accepted connection. 0 or -EAGAIN.
+ */
+static int listener_addr(struct shunt_sock *s, int fd, struct shunt_wire_addr *out)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (!s->laddr_known) {
+		if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+		    shunt_addr_to_wire((struct sockaddr *)&ss, len, &s->laddr) < 0)
+			r = -EAGAIN;
+		else
+			s->laddr_known = true;
+	}
+	if (r == 0)
+		*out = s->laddr;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+/*
  * The oldest connection queued in our channels of listener @s (as @fd), as
  * a new socket; *@counted as shunt_chan_accept has it.
  */
@@ -703,15 +729,10 @@ static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 	struct shunt_grant none = { .kernel_half = -1, .memfd = -1, .doorbell = -1 };
 	struct shunt_journal_entry je;
 	struct shunt_wire_addr laddr;
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
 	struct shunt_conn *conn;
 	int r;
 
-	if (!shunt_chan_pending(listener))
-		return -EAGAIN;
-	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    shunt_addr_to_wire((struct sockaddr *)&ss, len, &laddr) < 0)
+	if (!shunt_chan_pending(listener) || listener_addr(s, fd, &laddr) < 0)
 		return -EAGAIN;
 	r = shunt_chan_accept(listener, &laddr, s->doorbell, counted, &conn, &je);
 	if (r < 0)
