@@ -856,16 +856,17 @@ static int64_t timeout_of(int fd)
 int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 		    int flags)
 {
+	struct pollfd p[2];
 	int64_t deadline = 0;
 	bool looked = false;
 	int kfd = fd, r;
+	bool polled = false;	/* p's revents are a wait's answer, not yet acted on */
 
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
 		return -EINVAL;
 	if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || !s->listener)
 		return kernel_accept(fd, addr, alen, flags);
 	for (;;) {
-		struct pollfd p[2] = { { kfd, POLLIN, 0 }, { s->doorbell, POLLIN, 0 } };
 		struct timespec ts = { 0, 0 }, *tsp = &ts;
 
 		/* Shut down or unregistered by another thread: the kernel answers. */
@@ -873,11 +874,15 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			r = kernel_accept(kfd, addr, alen, flags);
 			break;
 		}
-
-		if (shunt_syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {
-			r = -errno;
-			break;
+		if (!polled) {
+			p[0] = (struct pollfd){ kfd, POLLIN, 0 };
+			p[1] = (struct pollfd){ s->doorbell, POLLIN, 0 };
+			if (shunt_syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {
+				r = -errno;
+				break;
+			}
 		}
+		polled = false;
 		/* Shared-memory clients first: they are ready the moment we look. */
 		if (p[1].revents & POLLIN) {
 			shunt_fork_enter();
@@ -890,12 +895,16 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			r = kernel_accept(kfd, addr, alen, flags);
 			break;
 		}
-		/* O_NONBLOCK of the listener as the kernel has it: another process may share it. */
-		if ((int)shunt_syscall(SYS_fcntl, kfd, F_GETFL) & O_NONBLOCK) {
-			r = -EAGAIN;
-			break;
-		}
 		if (kfd == fd) {
+			/*
+			 * O_NONBLOCK of the listener as the kernel has it (another
+			 * process may share it), read once per call as the kernel's
+			 * accept reads it: a blocking call goes on blocking.
+			 */
+			if ((int)shunt_syscall(SYS_fcntl, fd, F_GETFL) & O_NONBLOCK) {
+				r = -EAGAIN;
+				break;
+			}
 			deadline = shunt_deadline(shunt_sock_opt_rcvtimeo(s));
 			kfd = hold_kernel_fd(fd);
 			if (kfd < 0) {
@@ -903,7 +912,8 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 				kfd = fd;
 				break;
 			}
-			continue;
+			/* What came meanwhile, the wait below sees at once. */
+			p[0].fd = kfd;
 		}
 		/*
 		 * A client of ours queues without a system call: look before
@@ -932,6 +942,8 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			r = -EINTR;
 			break;
 		}
+		/* What woke us is in p: no second look before acting on it. */
+		polled = r > 0;
 	}
 	if (kfd != fd)
 		shunt_close_hidden(kfd);
