@@ -861,6 +861,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 	bool looked = false;
 	int kfd = fd, r;
 	bool polled = false;	/* p's revents are a wait's answer, not yet acted on */
+	bool lost = false;	/* the last look went by our channels alone, and found nothing */
 
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
 		return -EINVAL;
@@ -868,21 +869,33 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 		return kernel_accept(fd, addr, alen, flags);
 	for (;;) {
 		struct timespec ts = { 0, 0 }, *tsp = &ts;
+		bool skipped;
 
 		/* Shut down or unregistered by another thread: the kernel answers. */
 		if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || !s->listener) {
 			r = kernel_accept(kfd, addr, alen, flags);
 			break;
 		}
+		skipped = false;
 		if (!polled) {
 			p[0] = (struct pollfd){ kfd, POLLIN, 0 };
 			p[1] = (struct pollfd){ s->doorbell, POLLIN, 0 };
-			if (shunt_syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {
+			/*
+			 * A connection queued in our channels is counted on the
+			 * doorbell as soon as it is queued: shared memory says
+			 * what the poll would (or will in a moment: then no count
+			 * is there to take, and the next look polls).
+			 */
+			if (!lost && shunt_chan_pending(s->listener)) {
+				p[1].revents = POLLIN;
+				skipped = true;
+			} else if (shunt_syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {
 				r = -errno;
 				break;
 			}
 		}
 		polled = false;
+		lost = false;
 		/* Shared-memory clients first: they are ready the moment we look. */
 		if (p[1].revents & POLLIN) {
 			shunt_fork_enter();
@@ -890,6 +903,11 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			shunt_fork_leave();
 			if (r != -EAGAIN)
 				break;
+			/* Another acceptor was quicker: now the kernel's queue too. */
+			if (skipped) {
+				lost = true;
+				continue;
+			}
 		}
 		if (p[0].revents) {
 			r = kernel_accept(kfd, addr, alen, flags);
