@@ -73,6 +73,13 @@ struct shunt_sock {
 	 */
 	struct shunt_wire_addr laddr;
 	bool laddr_known;
+	/*
+	 * Bound to nothing, as socket() made it: nothing this process did
+	 * since could have bound it (bind, listen, connect), and no other
+	 * process holds it (fork, exec and SCM_RIGHTS hand-offs clear it).
+	 * Lets a connect through a channel bind it without asking first.
+	 */
+	_Atomic bool unbound;
 	struct shunt_list watchers;	/* under shunt_notice_lock: its epoll registrations */
 };
 

@@ -77,6 +77,7 @@ int shunt_op_socket(int domain, int type, int protocol)
 	s = shunt_sock_new(domain, type & SOCK_NONBLOCK);
 	if (!s)
 		return fd;
+	atomic_store_explicit(&s->unbound, true, memory_order_relaxed);
 	shunt_fdt_set(fd, &s->f);
 	shunt_sock_put(s);
 	shunt_stats_saw_fd(fd);
@@ -88,6 +89,7 @@ int shunt_op_bind(struct shunt_sock *s, int fd, const struct sockaddr *addr, soc
 	/* Connected sockets are bound, whatever their kernel half says. */
 	if (shunt_sock_sync(s) == SHUNT_SOCK_CONNECTED || shunt_sock_state(s) == SHUNT_SOCK_CONNECTING)
 		return -EINVAL;
+	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	return (int)libc_ret(shunt_libc.bind(fd, addr, len));
 }
 
@@ -102,6 +104,8 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 		r = -EINVAL;
 		goto out;
 	}
+	/* listen() binds an unbound socket to a port of its own. */
+	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	r = (int)libc_ret(shunt_libc.listen(fd, backlog));
 	if (r < 0)
 		goto out;
@@ -610,6 +614,8 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *uaddr,
 	shunt_fork_enter();
 	r = connect_start(s, fd, addr, len, &next);
 	shunt_fork_leave();
+	/* Whoever connects it (the kernel, shuntd, a channel) binds it first. */
+	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	switch (next) {
 	case CONNECT_WAIT:
 		return wait_established(s, fd);
@@ -1123,6 +1129,8 @@ int shunt_sock_downgrade(struct shunt_sock *s, int fd)
 {
 	int st = shunt_sock_sync(s), r;
 
+	/* Handed on: another process may bind it. */
+	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	if (st == SHUNT_SOCK_CONNECTING) {
 		shunt_warn("a connection still waiting for accept() cannot be handed on; "
 			   "the program it is handed to will not see it connect");
