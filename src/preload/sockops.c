@@ -868,6 +868,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 	int kfd = fd, r;
 	bool polled = false;	/* p's revents are a wait's answer, not yet acted on */
 	bool lost = false;	/* the last look went by our channels alone, and found nothing */
+	bool blocking = false;	/* the listener was found without O_NONBLOCK */
 
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
 		return -EINVAL;
@@ -919,7 +920,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			r = kernel_accept(kfd, addr, alen, flags);
 			break;
 		}
-		if (kfd == fd) {
+		if (!blocking) {
 			/*
 			 * O_NONBLOCK of the listener as the kernel has it (another
 			 * process may share it), read once per call as the kernel's
@@ -929,15 +930,8 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 				r = -EAGAIN;
 				break;
 			}
+			blocking = true;
 			deadline = shunt_deadline(shunt_sock_opt_rcvtimeo(s));
-			kfd = hold_kernel_fd(fd);
-			if (kfd < 0) {
-				r = kfd;
-				kfd = fd;
-				break;
-			}
-			/* What came meanwhile, the wait below sees at once. */
-			p[0].fd = kfd;
 		}
 		/*
 		 * A client of ours queues without a system call: look before
@@ -949,6 +943,17 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			continue;
 		}
 		looked = false;
+		/* Only a wait needs the hold: the spin touched no descriptor. */
+		if (kfd == fd) {
+			kfd = hold_kernel_fd(fd);
+			if (kfd < 0) {
+				r = kfd;
+				kfd = fd;
+				break;
+			}
+			/* What came meanwhile, the wait below sees at once. */
+			p[0].fd = kfd;
+		}
 		if (deadline) {
 			int64_t left = deadline - shunt_now_ns();
 
