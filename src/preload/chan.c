@@ -21,8 +21,10 @@
 #include "common/sys.h"
 #include "preload/chan.h"
 #include "preload/conn.h"
+#include "preload/fdtable.h"
 #include "preload/journal.h"
 #include "preload/libc.h"
+#include "preload/sock.h"
 #include "preload/spin.h"
 #include "preload/util.h"
 #include "preload/wait.h"
@@ -221,18 +223,26 @@ static void drop_client(struct shunt_chan *ch)
 }
 
 /*
- * The socket's address, bound to the channel's source address first if it
- * is not bound yet, as connect() binds it. 0 or -errno.
+ * The address of socket @s (as @fd), bound to the channel's source address
+ * first if it is not bound yet, as connect() binds it. 0 or -errno.
  */
-static int bind_as_connect(int fd, struct shunt_chan *ch, struct shunt_wire_addr *local)
+static int bind_sock(struct shunt_sock *s, int fd, struct shunt_chan *ch,
+		     struct shunt_wire_addr *local)
 {
+	bool unbound = s && atomic_load_explicit(&s->unbound, memory_order_relaxed);
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	struct shunt_wire_addr src;
 
-	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0)
+again:
+	if (unbound) {
+		/* What the kernel would say of it: the wildcard address, port 0. */
+		memset(local, 0, sizeof(*local));
+		local->family = (uint16_t)s->domain;
+	} else if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+		   shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0) {
 		return -errno ? -errno : -EINVAL;
+	}
 	/* An IPv6-only socket cannot reach an IPv4 address: the kernel says how not. */
 	if (local->family == AF_INET6 && shunt_addr_is_v4mapped(&ch->dst)) {
 		int v6only = 0;
@@ -249,14 +259,34 @@ static int bind_as_connect(int fd, struct shunt_chan *ch, struct shunt_wire_addr
 	if (local->family == AF_INET6)
 		shunt_addr_map_v6(&src);
 	len = shunt_addr_from_wire(&src, &ss);
-	if (shunt_libc.bind(fd, (struct sockaddr *)&ss, len) < 0)
+	if (shunt_libc.bind(fd, (struct sockaddr *)&ss, len) < 0) {
+		/* Bound after all, where the library could not see: look. */
+		if (unbound && errno == EINVAL) {
+			unbound = false;
+			len = sizeof(ss);
+			goto again;
+		}
 		/* No port left: what connect() says then. */
 		return errno == EADDRINUSE ? -EADDRNOTAVAIL : -errno;
+	}
+	if (s)
+		atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	len = sizeof(ss);
 	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
 	    shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0)
 		return -errno ? -errno : -EINVAL;
 	return 0;
+}
+
+/* bind_sock for the socket connect() holds as @fd (its table entry, which connect() checked). */
+static int bind_as_connect(int fd, struct shunt_chan *ch, struct shunt_wire_addr *local)
+{
+	struct shunt_sock *s = shunt_fdt_get(fd);
+	int r = bind_sock(s, fd, ch, local);
+
+	if (s)
+		shunt_sock_put(s);
+	return r;
 }
 
 /* A free slot, taken (its generation moved on), or -1. Under tx_lock. */
@@ -362,7 +392,11 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 	shunt_addr_ends(&local, dst, dst, ends, peers);
 	je.addr[0] = local;
 	je.addr[1] = peers[0];
-	shunt_chan_journal(&je, fd);
+	/*
+	 * The socket connect() just found in the fd table, its identity
+	 * checked there a moment ago: no fstat of our own.
+	 */
+	shunt_chan_journal(&je, fd, shunt_fdt_sock_inode(fd));
 	*out = shunt_conn_attach(ch, slot_hdr(ch, (uint32_t)slot), SHUNT_END_CONNECTOR,
 				 ch->id_base + (uint32_t)slot, &ends[0], &peers[0]);
 	/* No memory left to follow it: a connection that ends at once, as after a crash. */
@@ -567,13 +601,11 @@ static int take(struct shunt_chan *ch, int doorbell, struct shunt_chan_entry *en
 	return r;
 }
 
-void shunt_chan_journal(struct shunt_journal_entry *je, int fd)
+void shunt_chan_journal(struct shunt_journal_entry *je, int fd, uint64_t inode)
 {
-	struct stat st;
-
 	je->fd = fd;
 	/* The inode proves it is still that socket when shuntd fetches it (companions). */
-	je->inode = fd >= 0 && shunt_syscall(SYS_fstat, fd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+	je->inode = fd >= 0 ? inode : 0;
 	/* shuntd has not read the last few thousand: a request makes it read them first. */
 	if (shunt_journal_add(je) == -ENOSPC) {
 		shunt_ctl_barrier();

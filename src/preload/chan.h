@@ -48,8 +48,12 @@ int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener);
 int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
 		      struct shunt_conn **out, struct shunt_journal_entry *je);
 
-/* Journal @je for socket @fd (-1: none): shuntd learns of the connection so. */
-void shunt_chan_journal(struct shunt_journal_entry *je, int fd);
+/*
+ * Journal @je for socket @fd (-1: none), whose inode is @inode (0: not
+ * known, which shuntd then cannot fetch as a companion): shuntd learns of
+ * the connection so.
+ */
+void shunt_chan_journal(struct shunt_journal_entry *je, int fd, uint64_t inode);
 
 /* Whether any of this process's channels of @listener has a connection queued (a hint). */
 bool shunt_chan_pending(uint64_t listener);

@@ -156,14 +156,10 @@ struct shunt_epoll *shunt_fdt_get_epoll(int fd)
 	return (struct shunt_epoll *)get_kind(fd, SHUNT_FILE_EPOLL);
 }
 
-/* The inode of the socket open as @fd, or 0 if it is not an open socket. */
-/*
- * The socket inode behind @fd; 0 when it is no socket; UNKNOWN when it
- * cannot be told (a seccomp filter forbids fstat): then nothing is stale.
- */
-enum { UNKNOWN = 1 };
+/* When the identity cannot be told, nothing is stale. */
+enum { UNKNOWN = SHUNT_FDT_IDENT_UNKNOWN };
 
-static uint64_t sock_ident(int fd)
+uint64_t shunt_fdt_sock_ident(int fd)
 {
 	struct stat st;
 
@@ -172,6 +168,18 @@ static uint64_t sock_ident(int fd)
 	if (!S_ISSOCK(st.st_mode))
 		return 0;
 	return (uint64_t)st.st_ino;
+}
+
+uint64_t shunt_fdt_sock_inode(int fd)
+{
+	struct shunt_file *f = get_kind(fd, SHUNT_FILE_SOCK);
+	uint64_t id = 0;
+
+	if (f) {
+		id = atomic_load_explicit(&f->ident, memory_order_relaxed);
+		shunt_file_put(f);
+	}
+	return id == UNKNOWN ? 0 : id;
 }
 
 /* Drop the table's reference to what a slot held, or note a lost hidden descriptor. */
@@ -202,7 +210,7 @@ void shunt_fdt_set(int fd, struct shunt_file *f)
 	saw(fd);
 	/* dup'ed descriptors share the object, and its identity. */
 	if (f->kind == SHUNT_FILE_SOCK && !atomic_load_explicit(&f->ident, memory_order_relaxed))
-		atomic_compare_exchange_strong(&f->ident, &none, sock_ident(fd));
+		atomic_compare_exchange_strong(&f->ident, &none, shunt_fdt_sock_ident(fd));
 	shunt_file_ref(f);
 	old = atomic_exchange_explicit(&table[fd], f, memory_order_acq_rel);
 	drop_old(fd, old);
@@ -250,7 +258,7 @@ static bool still_same(int fd, struct shunt_file *f)
 		/* Unknown (the fstat at set failed or is forbidden): nothing to compare with. */
 		if (!id || id == UNKNOWN)
 			return true;
-		now = sock_ident(fd);
+		now = shunt_fdt_sock_ident(fd);
 		return now == UNKNOWN || now == id;
 	}
 	/* An io_uring ring keeps no descriptor of its own to compare with: trust. */

@@ -9,6 +9,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct shunt_epoll;
 struct shunt_file;
@@ -42,6 +43,23 @@ int shunt_fdt_is_ours(int fd);
  * first time a socket is put in the table its kernel identity is recorded.
  */
 void shunt_fdt_set(int fd, struct shunt_file *f);
+
+/*
+ * The kernel identity of the socket open as @fd, asked of the kernel now
+ * (one fstat): its inode number, 0 if @fd is no open socket, or
+ * SHUNT_FDT_IDENT_UNKNOWN when it cannot be told (a seccomp filter forbids
+ * fstat). A socket the library makes itself can have it stored in its
+ * object's ident before shunt_fdt_set, which then asks no more.
+ */
+enum { SHUNT_FDT_IDENT_UNKNOWN = 1 };
+uint64_t shunt_fdt_sock_ident(int fd);
+
+/*
+ * The inode of the socket the table holds under @fd, as recorded when it
+ * was put there (no system call), or 0 if the table holds none or never
+ * learned it. Only as fresh as the caller's last checked lookup of @fd.
+ */
+uint64_t shunt_fdt_sock_inode(int fd);
 
 /* Forget @fd; returns what it referred to (with the table's reference). */
 struct shunt_file *shunt_fdt_take(int fd);

@@ -56,6 +56,8 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	s->retired = NULL;
 	s->inherit = 0;
 	atomic_store(&s->reuseaddr, false);
+	s->laddr_known = false;
+	atomic_store(&s->unbound, false);
 	shunt_list_init(&s->watchers);
 	s->f.kind = SHUNT_FILE_SOCK;
 	atomic_store_explicit(&s->f.ident, 0, memory_order_relaxed);
@@ -126,6 +128,9 @@ void shunt_sock_fork_prepare(void)
 
 void shunt_sock_fork_parent(void)
 {
+	/* Two processes hold every socket now: either may bind it. */
+	for (struct shunt_sock *s = all; s; s = s->all_next)
+		atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	pthread_mutex_unlock(&pool_lock);
 }
 
@@ -133,6 +138,8 @@ void shunt_sock_fork_child(void)
 {
 	/* Only this thread exists: locks other threads held are free again. */
 	pthread_mutex_init(&pool_lock, NULL);
-	for (struct shunt_sock *s = all; s; s = s->all_next)
+	for (struct shunt_sock *s = all; s; s = s->all_next) {
 		pthread_mutex_init(&s->lock, NULL);
+		atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
+	}
 }

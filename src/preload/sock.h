@@ -14,6 +14,7 @@
 
 #include "common/list.h"
 #include "preload/file.h"
+#include "shunt/proto.h"
 
 enum shunt_sock_state {
 	SHUNT_SOCK_FRESH,	/* neither connected nor listening; may be bound */
@@ -65,6 +66,20 @@ struct shunt_sock {
 	 * until the program sets it again. opts.c.
 	 */
 	_Atomic bool reuseaddr;
+	/*
+	 * A listener's own address, asked of the kernel by the first accept
+	 * from a channel after listen(): it cannot change while the socket
+	 * listens (bind() says EINVAL), and listen() forgets it. Under lock.
+	 */
+	struct shunt_wire_addr laddr;
+	bool laddr_known;
+	/*
+	 * Bound to nothing, as socket() made it: nothing this process did
+	 * since could have bound it (bind, listen, connect), and no other
+	 * process holds it (fork, exec and SCM_RIGHTS hand-offs clear it).
+	 * Lets a connect through a channel bind it without asking first.
+	 */
+	_Atomic bool unbound;
 	struct shunt_list watchers;	/* under shunt_notice_lock: its epoll registrations */
 };
 

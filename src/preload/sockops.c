@@ -77,6 +77,7 @@ int shunt_op_socket(int domain, int type, int protocol)
 	s = shunt_sock_new(domain, type & SOCK_NONBLOCK);
 	if (!s)
 		return fd;
+	atomic_store_explicit(&s->unbound, true, memory_order_relaxed);
 	shunt_fdt_set(fd, &s->f);
 	shunt_sock_put(s);
 	shunt_stats_saw_fd(fd);
@@ -88,6 +89,7 @@ int shunt_op_bind(struct shunt_sock *s, int fd, const struct sockaddr *addr, soc
 	/* Connected sockets are bound, whatever their kernel half says. */
 	if (shunt_sock_sync(s) == SHUNT_SOCK_CONNECTED || shunt_sock_state(s) == SHUNT_SOCK_CONNECTING)
 		return -EINVAL;
+	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	return (int)libc_ret(shunt_libc.bind(fd, addr, len));
 }
 
@@ -102,9 +104,13 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 		r = -EINVAL;
 		goto out;
 	}
+	/* listen() binds an unbound socket to a port of its own. */
+	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	r = (int)libc_ret(shunt_libc.listen(fd, backlog));
 	if (r < 0)
 		goto out;
+	/* Bound by now (listen() binds an unbound socket): the first accept asks where. */
+	s->laddr_known = false;
 	atomic_store_explicit(&s->state, SHUNT_SOCK_LISTENING, memory_order_release);
 	if (s->listener) {
 		uint64_t id;
@@ -608,6 +614,8 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *uaddr,
 	shunt_fork_enter();
 	r = connect_start(s, fd, addr, len, &next);
 	shunt_fork_leave();
+	/* Whoever connects it (the kernel, shuntd, a channel) binds it first. */
+	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	switch (next) {
 	case CONNECT_WAIT:
 		return wait_established(s, fd);
@@ -654,12 +662,16 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 			  struct sockaddr *addr, socklen_t *alen, int flags)
 {
 	struct shunt_sock *ns = NULL;
+	uint64_t ident = 0;
 	int nfd, r;
 
 	/* After the circuit's memfd is closed, so the lowest number is free. */
 	nfd = accepted_fd(s, g, flags);
+	/* One look at the new socket's identity: for the journal and the fd table both. */
+	if (nfd >= 0)
+		ident = shunt_fdt_sock_ident(nfd);
 	if (je)
-		shunt_chan_journal(je, nfd);
+		shunt_chan_journal(je, nfd, ident == SHUNT_FDT_IDENT_UNKNOWN ? 0 : ident);
 	ns = nfd >= 0 ? shunt_sock_new(s->domain, flags & SOCK_NONBLOCK) : NULL;
 	if (!ns) {
 		shunt_conn_close(conn, true);
@@ -667,6 +679,7 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 			shunt_libc.close(nfd);
 		return nfd < 0 ? nfd : -ENOMEM;
 	}
+	atomic_store_explicit(&ns->f.ident, ident, memory_order_relaxed);
 	shunt_opts_inherit(s, fd, ns, nfd);
 	ns->conn = conn;
 	shunt_sock_opts_to_circuit(ns);
@@ -688,6 +701,30 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 	return nfd;
 }
 
+/*
+ * The address listener @s (as @fd) is bound to: one getsockname per
+ * listen(), not one per accepted connection. 0 or -EAGAIN.
+ */
+static int listener_addr(struct shunt_sock *s, int fd, struct shunt_wire_addr *out)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (!s->laddr_known) {
+		if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+		    shunt_addr_to_wire((struct sockaddr *)&ss, len, &s->laddr) < 0)
+			r = -EAGAIN;
+		else
+			s->laddr_known = true;
+	}
+	if (r == 0)
+		*out = s->laddr;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
 /* The oldest connection queued in our channels of listener @s (as @fd), as a new socket. */
 static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 				struct sockaddr *addr, socklen_t *alen, int flags)
@@ -695,15 +732,10 @@ static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 	struct shunt_grant none = { .kernel_half = -1, .memfd = -1, .doorbell = -1 };
 	struct shunt_journal_entry je;
 	struct shunt_wire_addr laddr;
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
 	struct shunt_conn *conn;
 	int r;
 
-	if (!shunt_chan_pending(listener))
-		return -EAGAIN;
-	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    shunt_addr_to_wire((struct sockaddr *)&ss, len, &laddr) < 0)
+	if (!shunt_chan_pending(listener) || listener_addr(s, fd, &laddr) < 0)
 		return -EAGAIN;
 	r = shunt_chan_accept(listener, &laddr, s->doorbell, &conn, &je);
 	if (r < 0)
@@ -856,27 +888,45 @@ static int64_t timeout_of(int fd)
 int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 		    int flags)
 {
+	struct pollfd p[2];
 	int64_t deadline = 0;
 	int kfd = fd, r;
+	bool polled = false;	/* p's revents are a wait's answer, not yet acted on */
+	bool lost = false;	/* the last look went by our channels alone, and found nothing */
+	bool blocking = false;	/* the listener was found without O_NONBLOCK */
 
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
 		return -EINVAL;
 	if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || !s->listener)
 		return kernel_accept(fd, addr, alen, flags);
 	for (;;) {
-		struct pollfd p[2] = { { kfd, POLLIN, 0 }, { s->doorbell, POLLIN, 0 } };
 		struct timespec ts = { 0, 0 }, *tsp = &ts;
+		bool skipped;
 
 		/* Shut down or unregistered by another thread: the kernel answers. */
 		if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || !s->listener) {
 			r = kernel_accept(kfd, addr, alen, flags);
 			break;
 		}
-
-		if (shunt_syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {
-			r = -errno;
-			break;
+		skipped = false;
+		if (!polled) {
+			p[0] = (struct pollfd){ kfd, POLLIN, 0 };
+			p[1] = (struct pollfd){ s->doorbell, POLLIN, 0 };
+			/*
+			 * A connection queued in our channels was counted on the
+			 * doorbell before it was queued: shared memory says what
+			 * the poll would.
+			 */
+			if (!lost && shunt_chan_pending(s->listener)) {
+				p[1].revents = POLLIN;
+				skipped = true;
+			} else if (shunt_syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {
+				r = -errno;
+				break;
+			}
 		}
+		polled = false;
+		lost = false;
 		/* Shared-memory clients first: they are ready the moment we look. */
 		if (p[1].revents & POLLIN) {
 			shunt_fork_enter();
@@ -884,29 +934,43 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			shunt_fork_leave();
 			if (r != -EAGAIN)
 				break;
+			/* Another acceptor was quicker: now the kernel's queue too. */
+			if (skipped) {
+				lost = true;
+				continue;
+			}
 		}
 		if (p[0].revents) {
 			r = kernel_accept(kfd, addr, alen, flags);
 			break;
 		}
-		/* O_NONBLOCK of the listener as the kernel has it: another process may share it. */
-		if ((int)shunt_syscall(SYS_fcntl, kfd, F_GETFL) & O_NONBLOCK) {
-			r = -EAGAIN;
-			break;
-		}
-		if (kfd == fd) {
+		if (!blocking) {
+			/*
+			 * O_NONBLOCK of the listener as the kernel has it (another
+			 * process may share it), read once per call as the kernel's
+			 * accept reads it: a blocking call goes on blocking.
+			 */
+			if ((int)shunt_syscall(SYS_fcntl, fd, F_GETFL) & O_NONBLOCK) {
+				r = -EAGAIN;
+				break;
+			}
+			blocking = true;
 			deadline = shunt_deadline(shunt_sock_opt_rcvtimeo(s));
+		}
+		/* A client of ours queues without a system call: look before sleeping. */
+		if (shunt_chan_spin_pending(s->listener, deadline))
+			continue;
+		/* Only a wait needs the hold: the spin touched no descriptor. */
+		if (kfd == fd) {
 			kfd = hold_kernel_fd(fd);
 			if (kfd < 0) {
 				r = kfd;
 				kfd = fd;
 				break;
 			}
-			continue;
+			/* What came meanwhile, the wait below sees at once. */
+			p[0].fd = kfd;
 		}
-		/* A client of ours queues without a system call: look before sleeping. */
-		if (shunt_chan_spin_pending(s->listener, deadline))
-			continue;
 		if (deadline) {
 			int64_t left = deadline - shunt_now_ns();
 
@@ -924,6 +988,8 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			r = -EINTR;
 			break;
 		}
+		/* What woke us is in p: no second look before acting on it. */
+		polled = r > 0;
 	}
 	if (kfd != fd)
 		shunt_close_hidden(kfd);
@@ -1085,6 +1151,8 @@ int shunt_sock_downgrade(struct shunt_sock *s, int fd)
 {
 	int st = shunt_sock_sync(s), r;
 
+	/* Handed on: another process may bind it. */
+	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	if (st == SHUNT_SOCK_CONNECTING) {
 		shunt_warn("a connection still waiting for accept() cannot be handed on; "
 			   "the program it is handed to will not see it connect");
