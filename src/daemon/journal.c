@@ -193,9 +193,7 @@ static void wake_up(struct journal *j, struct shuntd *d)
 
 void shuntd_journal_kicked(struct shuntd *d, struct journal *j)
 {
-	eventfd_t v;
-
-	eventfd_read(j->kick, &v);
+	shuntd_efd_take(j->kick);
 	/* The process set AWAKE before it kicked; we stay so until a quiet tick. */
 	atomic_store(&j->hdr->kick, SHUNT_JOURNAL_AWAKE);
 	shuntd_journal_read(d, j->session);

@@ -409,6 +409,17 @@ const char *shuntd_socket_refusal(int err);
 /* Learn shuntd's own namespace (inode @netns_self), for sockets it cannot ask about. */
 void shuntd_socket_init(uint64_t netns_self);
 
+/*
+ * efd.c: eventfds shuntd shares with processes, who can clear their
+ * O_NONBLOCK for shuntd too; none of these ever waits (more than 2 ms).
+ * shuntd_efd_init sets up the guard timer, once at start (0 or -1).
+ */
+int shuntd_efd_init(void);
+/* Take one count (a doorbell) or all of them (a kick); false if there was none. */
+bool shuntd_efd_take(int efd);
+/* Add one, unless the counter is full (then it is readable anyway). */
+void shuntd_efd_ring(int efd);
+
 /* listener.c */
 void shuntd_listener_register(struct shuntd *d, struct session *s,
 			      const struct shunt_msg_listen *m, int fd);
