@@ -9,7 +9,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -220,7 +219,6 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	struct sock_facts f;
 	struct circuit *c;
 	struct hold *h;
-	eventfd_t one;
 	int r = shuntd_socket_facts(fd, &f), half;
 
 	close(fd);
@@ -248,7 +246,7 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	}
 	c = shunt_list_first(&l->acceptq, struct circuit, queue_node);
 	shuntd_circuit_unqueue(c);
-	eventfd_read(l->doorbell, &one);
+	shuntd_efd_take(l->doorbell);
 	shuntd_listener_admit(d, l);
 	h = shuntd_hold_end(c, SHUNT_END_ACCEPTOR, s);
 	if (!h) {
@@ -357,10 +355,8 @@ void shuntd_withdraw(struct shuntd *d, struct session *s, const struct shunt_msg
 	if (m->end == SHUNT_END_CONNECTOR && c->queue != CIRCUIT_UNQUEUED) {
 		/* Nobody accepted it yet: as if it had never been made. */
 		if (c->queue == CIRCUIT_ACCEPTQ) {
-			eventfd_t one;
-
 			shuntd_circuit_unqueue(c);
-			eventfd_read(l->doorbell, &one);
+			shuntd_efd_take(l->doorbell);
 			shuntd_listener_admit(d, l);
 		} else {
 			shuntd_circuit_unqueue(c);

@@ -131,11 +131,18 @@ void shuntd_journal_read(struct shuntd *d, struct session *s)
 	head = atomic_load_explicit(&j->hdr->head, memory_order_relaxed);
 	/* J1: pairs with the library's release of tail: entries before it are written. */
 	tail = atomic_load_explicit(&j->hdr->tail, memory_order_acquire);
-	/* A tail the process moved backwards or too far: what lies between is garbage. */
+	/*
+	 * A tail the process moved backwards or too far: what lies between is
+	 * garbage. Said the 1st, 2nd, 4th, 8th... time: a process that does it
+	 * on purpose, as fast as it can, must not fill the disk with our log.
+	 */
 	if (tail - head > SHUNT_JOURNAL_ENTRIES) {
-		shunt_warn("session %llu (pid %d): journal indices make no sense (%llu, %llu); "
-			   "skipped", (unsigned long long)s->id, (int)s->pid,
-			   (unsigned long long)head, (unsigned long long)tail);
+		j->nonsense++;
+		if (!(j->nonsense & (j->nonsense - 1)))
+			shunt_warn("session %llu (pid %d): journal indices make no sense (%llu, %llu); "
+				   "skipped (%llu times so far)", (unsigned long long)s->id, (int)s->pid,
+				   (unsigned long long)head, (unsigned long long)tail,
+				   (unsigned long long)j->nonsense);
 		atomic_store_explicit(&j->hdr->head, tail, memory_order_release);
 		return;
 	}
@@ -186,9 +193,7 @@ static void wake_up(struct journal *j, struct shuntd *d)
 
 void shuntd_journal_kicked(struct shuntd *d, struct journal *j)
 {
-	eventfd_t v;
-
-	eventfd_read(j->kick, &v);
+	shuntd_efd_take(j->kick);
 	/* The process set AWAKE before it kicked; we stay so until a quiet tick. */
 	atomic_store(&j->hdr->kick, SHUNT_JOURNAL_AWAKE);
 	shuntd_journal_read(d, j->session);

@@ -122,7 +122,7 @@ void shuntd_link_notify(struct session *s, uint32_t slot)
 	struct link *l = s->dlink;
 
 	if (l && shunt_link_post(&l->hdr->side[0], slot))
-		shunt_eventfd_signal(l->efd[0]);
+		shuntd_efd_ring(l->efd[0]);
 }
 
 /* Hand @l to @s: its memfd, the eventfd of the side @s drains, the other one. */

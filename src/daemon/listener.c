@@ -255,7 +255,7 @@ static void migrate(struct shuntd *d, struct listener *l, struct listener *to)
 		c->queue = CIRCUIT_ACCEPTQ;
 		shunt_list_add_tail(&to->acceptq, &c->queue_node);
 		to->queued++;
-		eventfd_write(to->doorbell, 1);
+		shuntd_efd_ring(to->doorbell);
 	}
 	shunt_list_for_each_safe(pos, tmp, &l->deferq) {
 		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);
@@ -486,7 +486,7 @@ static void to_acceptq(struct listener *l, struct circuit *c)
 	c->queue = CIRCUIT_ACCEPTQ;
 	shunt_list_add_tail(&l->acceptq, &c->queue_node);
 	l->queued++;
-	eventfd_write(l->doorbell, 1);
+	shuntd_efd_ring(l->doorbell);
 }
 
 void shuntd_listener_enqueue(struct shuntd *d, struct listener *l, struct circuit *c)

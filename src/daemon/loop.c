@@ -24,6 +24,13 @@ int shuntd_loop_watch(struct shuntd *d, int fd, void *tag)
 	return epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
+int shuntd_loop_watch_out(struct shuntd *d, int fd, void *tag, bool out)
+{
+	struct epoll_event ev = { .events = out ? EPOLLOUT : EPOLLIN, .data.ptr = tag };
+
+	return epoll_ctl(d->epfd, EPOLL_CTL_MOD, fd, &ev) < 0 ? -errno : 0;
+}
+
 void shuntd_loop_unwatch(struct shuntd *d, int fd)
 {
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, fd, NULL);

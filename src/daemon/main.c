@@ -366,6 +366,8 @@ int main(int argc, char **argv)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	shuntd_crash_init();
+	if (shuntd_efd_init() < 0)
+		return 1;
 	raise_nofile();
 	d.netns_self = own_netns();
 	shuntd_socket_init(d.netns_self);

@@ -183,6 +183,12 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 
 void shuntd_session_input(struct shuntd *d, struct session *s)
 {
+	/* Room for more of a STATUS reply: its requests wait until all of it went. */
+	if (s->status.active) {
+		shuntd_status_continue(d, s);
+		if (s->status.active)
+			return;
+	}
 	/* A bounded batch per wakeup keeps one busy client from starving others. */
 	for (int i = 0; i < 32; i++) {
 		_Alignas(8) char buf[SHUNT_MSG_MAX];
@@ -210,6 +216,8 @@ void shuntd_session_input(struct shuntd *d, struct session *s)
 			continue;
 		}
 		dispatch(d, s, buf, fds, nfds);
+		if (s->status.active)
+			return;
 	}
 }
 

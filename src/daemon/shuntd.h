@@ -124,6 +124,7 @@ struct journal {
 	int memfd;
 	int kick;			/* eventfd the process writes when shuntd sleeps */
 	uint64_t read_at_tick;		/* head when the last tick began */
+	uint64_t nonsense;		/* times its indices made no sense: logged at powers of two */
 	bool awake;			/* on d->journals_awake */
 	struct shunt_list awake_node;
 };
@@ -153,6 +154,18 @@ struct session {
 	struct shunt_map chans_given;	/* channel id -> struct channel, given as an acceptor */
 	uint64_t *gone;			/* ids of links whose partner is gone, not yet told */
 	size_t ngone, gone_cap;
+	/*
+	 * A STATUS reply being sent as fast as the client takes it (status.c):
+	 * while it is, the session's requests wait, and the loop watches its
+	 * socket for room instead.
+	 */
+	struct status_cursor {
+		bool active;
+		bool waiting;		/* for room: the loop watches for EPOLLOUT */
+		uint32_t seq;
+		unsigned phase;		/* enum in status.c */
+		size_t pos;		/* in the phase's map; in the policy pairs, how many sent */
+	} status;
 	/* Tickets only. */
 	bool ticket;
 	bool exec;			/* an exec ticket: claimed by the same pid, no secret */
@@ -327,6 +340,8 @@ void shuntd_crash_init(void);
 int shuntd_loop_init(struct shuntd *d);
 int shuntd_loop_run(struct shuntd *d);
 int shuntd_loop_watch(struct shuntd *d, int fd, void *tag);
+/* Watch @fd (watched already) for room to write rather than input, or back. */
+int shuntd_loop_watch_out(struct shuntd *d, int fd, void *tag, bool out);
 void shuntd_loop_unwatch(struct shuntd *d, int fd);
 /*
  * Free @obj, a watched object whose tags were all set to SHUNTD_WATCH_GONE,
@@ -395,6 +410,17 @@ int shuntd_socket_facts(int fd, struct sock_facts *f);
 const char *shuntd_socket_refusal(int err);
 /* Learn shuntd's own namespace (inode @netns_self), for sockets it cannot ask about. */
 void shuntd_socket_init(uint64_t netns_self);
+
+/*
+ * efd.c: eventfds shuntd shares with processes, who can clear their
+ * O_NONBLOCK for shuntd too; none of these ever waits (more than 2 ms).
+ * shuntd_efd_init sets up the guard timer, once at start (0 or -1).
+ */
+int shuntd_efd_init(void);
+/* Take one count (a doorbell) or all of them (a kick); false if there was none. */
+bool shuntd_efd_take(int efd);
+/* Add one, unless the counter is full (then it is readable anyway). */
+void shuntd_efd_ring(int efd);
 
 /* listener.c */
 void shuntd_listener_register(struct shuntd *d, struct session *s,
@@ -656,5 +682,11 @@ void shuntd_metrics_input(struct shuntd *d, void *client);
 
 /* status.c */
 void shuntd_status(struct shuntd *d, struct session *s, const struct shunt_msg_status *m);
+/*
+ * Send what the socket of @s takes of its STATUS reply (s->status.active):
+ * called when it has room again. The reply is over (or the client gone)
+ * once s->status.active is false again.
+ */
+void shuntd_status_continue(struct shuntd *d, struct session *s);
 
 #endif

@@ -633,6 +633,12 @@ static void drop_orphan(struct shunt_chan *ch)
 		shunt_chan_put(ch);
 }
 
+/* Whether address @a (from a client's entry) can be one of a listener bound to @laddr. */
+static bool fits(const struct shunt_wire_addr *laddr, const struct shunt_wire_addr *a)
+{
+	return laddr->family != AF_INET || a->family == AF_INET || shunt_addr_is_v4mapped(a);
+}
+
 int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
 		      struct shunt_conn **out, struct shunt_journal_entry *je)
 {
@@ -652,7 +658,8 @@ int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, in
 		w = en.slot < ch->slots ? atomic_load(&slot_states(ch)[en.slot]) : 0;
 		if (en.slot >= ch->slots || shunt_slot_state(w) != SHUNT_SLOT_USED ||
 		    shunt_slot_gen(w) != en.gen || shunt_addr_check(&en.client) < 0 ||
-		    shunt_addr_check(&en.dst) < 0) {
+		    shunt_addr_check(&en.dst) < 0 || !fits(laddr, &en.client) ||
+		    !fits(laddr, &en.dst)) {
 			shunt_chan_put(ch);
 			continue;
 		}

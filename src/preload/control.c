@@ -750,18 +750,14 @@ int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 		.flag = SHUNT_ACCEPT_DEADLINE,
 	};
 	r = request_circuit(&m, fd, 2, g, NULL, &pt);
-	if (r == -ETIMEDOUT)
-		return -EAGAIN;
 	/*
 	 * shuntd is gone, and what it had queued went with it: nothing to
 	 * take, the kernel's queue is still there. The doorbell rang for
 	 * nothing: relisten.c counts again, before the caller waits again,
 	 * only what our channels hold.
 	 */
-	if (r == -ENOTCONN) {
+	if (r == -ENOTCONN)
 		shunt_relisten_lost();
-		return -EAGAIN;
-	}
 	return r;
 }
 

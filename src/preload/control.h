@@ -84,8 +84,9 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 /*
  * Take a queued circuit of listener @listener held as @fd: 0,
  * SHUNT_USE_CHANNEL with a channel of the listener this process did not
- * have (its queue may hold connections), -EAGAIN (also when shuntd is
- * gone: what it queued went with it) or -errno.
+ * have (its queue may hold connections), -EAGAIN (shuntd holds none),
+ * -ETIMEDOUT (shuntd did not answer in time, SHUNT_CONNECT_WAIT_US),
+ * -ENOTCONN (shuntd is gone: what it queued went with it) or -errno.
  */
 int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g);
 

@@ -185,6 +185,16 @@ static void to_kernel_locked(struct shunt_sock *s)
 	shunt_epoll_sock_moved(s);
 }
 
+/* Whether descriptor @fd is socket @s now (the table's reference is given back). */
+static bool is_fd_of(int fd, struct shunt_sock *s)
+{
+	struct shunt_sock *t = shunt_fdt_get(fd);
+
+	if (t)
+		shunt_sock_put(t);
+	return t == s;
+}
+
 /*
  * Whether the kernel really carries @s's connection now. The KERNEL bit
  * that says so is in the circuit, which the peer can write; shuntd sets it
@@ -201,7 +211,7 @@ static bool kernel_took_over(struct shunt_sock *s)
 		struct tcp_info ti = { .tcpi_state = TCP_CLOSE };
 		socklen_t len = sizeof(repair), tlen = sizeof(ti);
 
-		if (shunt_fdt_get((int)fd) != s)
+		if (!is_fd_of((int)fd, s))
 			continue;
 		/* Out of repair, and connected (a socket without companion never is). */
 		return shunt_libc.getsockopt((int)fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 &&
@@ -218,7 +228,7 @@ static int fd_of(struct shunt_sock *s)
 	size_t high = shunt_fdt_high();
 
 	for (size_t fd = 0; fd < high; fd++)
-		if (shunt_fdt_get((int)fd) == s)
+		if (is_fd_of((int)fd, s))
 			return (int)fd;
 	return -1;
 }
@@ -806,6 +816,8 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 			return r;
 		r = shunt_ctl_accept(fd, listener, &g);
 	}
+	if (r == -ETIMEDOUT || r == -ENOTCONN)
+		return -EAGAIN;
 	if (r == -ENOENT) {
 		/*
 		 * shuntd no longer knows the registration (another thread shut

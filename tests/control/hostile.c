@@ -5,8 +5,8 @@
  * libshunt mapped (/memfd:shunt-circuit in /proc/self/maps, or its slot of
  * a /memfd:shunt-channel) and abuses it:
  *
- *   hostile connect PORT MODE VICTIM_PID MS     connect to 127.0.0.1:PORT
- *   hostile listen - MODE VICTIM_PID MS         listen on 127.0.0.1:0 and accept once
+ *   hostile connect PORT MODE VICTIM_PID MS [ID...]   connect to 127.0.0.1:PORT
+ *   hostile listen - MODE VICTIM_PID MS               listen on 127.0.0.1:0 and accept once
  *
  * Modes that write shared memory do it for MS milliseconds, producing bytes
  * straight into the ring meanwhile, then keep up the lies that would stall
@@ -28,6 +28,9 @@
  *   spam          every link bit and eventfd it can reach, garbage routes
  *   stall         send 1000 bytes (the t_ink stream), never read, wait to be killed
  *   exit-mid      start a 4 MiB send of the stream, SIGKILL itself 100 ms later
+ *   chan-*        spoil the channel of our connection instead (hostile_chan.c)
+ *   journal, kick-block, self-doorbell
+ *                 lie to shuntd instead (hostile_journal.c; IDs: the victim's circuits)
  *
  * stdout: JSON lines ({"event": ...}); exit 2 on a setup failure.
  */
@@ -55,6 +58,7 @@
 #include "shunt/chan.h"
 #include "shunt/circuit.h"
 #include "shunt/link.h"
+#include "hostile.h"
 #include "t_ink.h"
 #include "t_loopback.h"
 
@@ -66,8 +70,7 @@ struct target {
 	pid_t victim_pid;
 };
 
-static void event(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void event(const char *fmt, ...)
+void event(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -78,14 +81,14 @@ static void event(const char *fmt, ...)
 	fflush(stdout);
 }
 
-static _Noreturn void die(const char *what)
+_Noreturn void die(const char *what)
 {
 	event("{\"event\": \"error\", \"what\": \"%s\", \"errno\": %d}", what, errno);
 	_exit(2);
 }
 
 /* xorshift64*, seeded from getrandom: cheap enough to fill rings with. */
-static uint64_t rnd64(void)
+uint64_t rnd64(void)
 {
 	static uint64_t x;
 
@@ -98,12 +101,12 @@ static uint64_t rnd64(void)
 	return x * 0x2545f4914f6cdd1dull;
 }
 
-static uint32_t rnd32(void)
+uint32_t rnd32(void)
 {
 	return (uint32_t)rnd64();
 }
 
-static int64_t now_ms(void)
+int64_t now_ms(void)
 {
 	struct timespec ts;
 
@@ -111,7 +114,7 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void nap_us(long us)
+void nap_us(long us)
 {
 	struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
 
@@ -132,7 +135,7 @@ static int accept_one(void)
  * Mappings of memfds named @name ("shunt-circuit", "shunt-link"): up to
  * @max of them into @at/@size; returns how many.
  */
-static int find_mappings(const char *name, void **at, size_t *size, int max)
+int find_mappings(const char *name, void **at, size_t *size, int max)
 {
 	char line[512], want[64];
 	FILE *f = fopen("/proc/self/maps", "r");
@@ -151,6 +154,55 @@ static int find_mappings(const char *name, void **at, size_t *size, int max)
 	}
 	fclose(f);
 	return n;
+}
+
+int hostile_eventfds(int *fds, int max, bool semaphore)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int n = 0;
+
+	if (!d)
+		die("/proc/self/fd");
+	while (n < max && (de = readdir(d))) {
+		char target[64], path[64], info[512];
+		ssize_t len = readlinkat(dirfd(d), de->d_name, target, sizeof(target) - 1);
+		int fd = atoi(de->d_name);
+		FILE *f;
+		bool sem = false;
+
+		if (len <= 0 || (target[len] = 0, strcmp(target, "anon_inode:[eventfd]")))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+		if ((f = fopen(path, "r"))) {
+			while (fgets(info, sizeof(info), f))
+				sem = sem || !strcmp(info, "eventfd-semaphore: 1\n");
+			fclose(f);
+		}
+		if (!semaphore || sem)
+			fds[n++] = fd;
+	}
+	closedir(d);
+	return n;
+}
+
+struct shunt_wire_addr hostile_addr(bool plausible, uint16_t port)
+{
+	struct shunt_wire_addr a = { .family = AF_INET, .port = port };
+
+	a.addr[0] = 127;
+	a.addr[3] = (uint8_t)(1 + rnd32() % 254);
+	if (plausible)
+		return a;
+	switch (rnd32() % 6) {
+	case 0: a.family = 0; break;
+	case 1: a.family = (uint16_t)rnd32(); break;
+	case 2: a.addr[4 + rnd32() % 12] = 1; break;	/* IPv4 with bytes past its four */
+	case 3: a.reserved = rnd32() | 1; break;
+	case 4: a.scope_id = rnd32() | 1; break;
+	default: a.family = AF_UNIX; break;
+	}
+	return a;
 }
 
 /*
@@ -362,7 +414,7 @@ static void round_opts(struct target *t)
 }
 
 /* A pid no process has (now). */
-static pid_t dead_pid(void)
+pid_t dead_pid(void)
 {
 	for (pid_t p = 4000000; p > 300; p -= 7919)
 		if (kill(p, 0) < 0 && errno == ESRCH)
@@ -533,15 +585,34 @@ int main(int argc, char **argv)
 	int fd;
 	bool connector;
 
-	if (argc != 6) {
-		fprintf(stderr, "usage: %s connect PORT|listen - MODE VICTIM_PID MS\n", argv[0]);
+	if (argc < 6) {
+		fprintf(stderr, "usage: %s connect PORT|listen - MODE VICTIM_PID MS [ID...]\n",
+			argv[0]);
 		return 2;
 	}
 	connector = !strcmp(argv[1], "connect");
 	mode = argv[3];
 	victim_pid = atoi(argv[4]);
 	ms = atoll(argv[5]);
-	fd = connector ? t_loopback_connect(atoi(argv[2])) : accept_one();
+	if (!strcmp(mode, "self-doorbell") || !strcmp(mode, "kick-block")) {
+		uint64_t none;
+
+		hostile_journal_run(-1, 0, mode, victim_pid, ms, &none, 0);
+	}
+	if (!strncmp(mode, "chan-", 5) || !strcmp(mode, "journal"))
+		fd = hostile_chan_connect(atoi(argv[2]));
+	else
+		fd = connector ? t_loopback_connect(atoi(argv[2])) : accept_one();
+	if (!strncmp(mode, "chan-", 5))
+		hostile_chan_run(fd, atoi(argv[2]), mode, ms);
+	if (!strcmp(mode, "journal")) {
+		uint64_t ids[64];
+		int n = 0;
+
+		for (int i = 6; i < argc && n < 64; i++)
+			ids[n++] = strtoull(argv[i], NULL, 0);
+		hostile_journal_run(fd, atoi(argv[2]), mode, victim_pid, ms, ids, n);
+	}
 
 	if (!strcmp(mode, "stall")) {
 		send_stream(fd, 1000);

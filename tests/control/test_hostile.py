@@ -7,7 +7,13 @@ epoll_wait with timeouts: the victim never crashes, every call returns
 data, EOF or an error a TCP socket can have, a timeout still times out,
 every byte it receives is one the hostile side put in the ring, and once
 the hostile is gone even calls without a timeout end. Circuits are never
-files anyone can open, and no other process can obtain one from shuntd."""
+files anyone can open, and no other process can obtain one from shuntd.
+
+Then lies told to a listener's holders and to shuntd: a hostile client
+spoils the channel it has to a victim listener (tests/control/echod.c)
+while honest clients of another process (tests/control/honest.c) connect
+to it, and a hostile process lies in its own journal and through the
+eventfds it shares with shuntd. Each such test runs a shuntd of its own."""
 
 import json
 import os
@@ -16,6 +22,7 @@ import select
 import signal
 import subprocess
 import time
+import types
 
 import pytest
 
@@ -441,3 +448,389 @@ def test_no_process_obtains_another_connections_circuit(pair, shunt_cli, shunt_s
     assert hrc is None, hostile.describe()
     check_victim(victim, rc, exact=True)
     assert victim.lines[-1]["received"] == 1000, victim.describe()
+
+
+# ---- channels and journals: lies told to a listener's holders and to shuntd
+
+# The hostile spoils its channel for CHAN_HOSTILE_MS while honest clients
+# connect for HONEST_MS from another process; each honest connection must be
+# accepted and echoed within HONEST_HANG_S (honest.c).
+CHAN_HOSTILE_MS = 500
+HONEST_MS = 700
+HONEST_HANG_MS = 3000
+# Ticks of CPU (1/CLK_TCK s) a process may use in IDLE_S once nothing is
+# left to do: a spin would use all of them.
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+IDLE_S = 1.0
+IDLE_TICKS = 10
+AF_INET = 2
+
+# Each mode with the accept() that suits it best (both kinds are covered).
+# The attacks the library does not withstand yet fail as they should
+# (strict: once fixed, the mark must go); the reasons say where.
+def known_bug(why, strict=True):
+    return pytest.mark.xfail(strict=strict, reason=why)
+
+
+# Stale counts (entries a client spoilt, or counts another holder read off)
+# make these fail in some runs and not others: not strict, but still run.
+STALE = ("preload/sockops.c accept_circuit(): a doorbell count no entry backs stays, and a "
+         "blocking accept() asks shuntd for it again and again (EAGAIN), so the victim and "
+         "shuntd spin once the hostile is gone; and an entry whose count another holder read "
+         "off waits for the next ring. Taking a stale count off after shuntd's EAGAIN was "
+         "tried: it also took the counts of honest clients between their count and their "
+         "entry, and lost their connections")
+
+
+CHAN_MODES = [
+    pytest.param("chan-indices", "block", marks=known_bug(STALE, strict=False)),
+    ("chan-entries", "nonblock"),
+    pytest.param("chan-states", "block", marks=known_bug(STALE, strict=False)),
+    ("chan-header", "nonblock"), ("chan-lock-dead", "block"),
+    pytest.param("chan-lock-foreign", "nonblock", marks=known_bug(
+        "preload/chan.c take(): accept() waits for the acceptors' lock of a channel with no "
+        "deadline, so a live process holding it stalls every accept() of the listener")),
+    pytest.param("chan-doorbell", "block", marks=known_bug(
+        "preload/sockops.c accept_circuit(): each doorbell count that no entry backs costs "
+        "a round trip to shuntd (ACCEPT, EAGAIN), and a blocking accept() goes straight "
+        "back for the next: 2^40 counts keep the victim and shuntd busy for good")),
+    pytest.param("chan-drain", "nonblock", marks=known_bug(STALE, strict=False)),
+    pytest.param("chan-uncounted", "block", marks=known_bug(
+        "preload/chan.c take(): each entry taken reads a count off the doorbell, so an "
+        "entry queued without one uses up an honest connection's, and an acceptor asleep "
+        "on the doorbell is not woken for that connection")),
+    pytest.param("chan-block", "nonblock", marks=known_bug(
+        "preload/chan.c take(): a client can clear the doorbell file's O_NONBLOCK; the "
+        "acceptor's read of a count, under the queue's lock, then waits for the next "
+        "honest count, which it steals")),
+    ("chan-v6-peer", "block"), ("chan-kernel-bit", "nonblock"),
+]
+
+
+def cpu_ticks(pid):
+    """utime + stime of every thread of @pid."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def vm_rss_kib(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+class Daemon:
+    """A shuntd of the test's own: lies told to it stay out of other tests,
+    and its log and memory are the test's alone to judge."""
+
+    def __init__(self, build_dir, tmp_path, tools):
+        self.socket = str(tmp_path / "shuntd.sock")
+        self.log = tmp_path / "shuntd.log"
+        self.tools = tools
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([str(build_dir / "src" / "daemon" / "shuntd"),
+                                          "--socket", self.socket],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         env=tools.plain_env(), start_new_session=True)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.socket):
+            assert self.proc.poll() is None, self.log_text()
+            assert time.monotonic() < deadline, "shuntd never made its socket"
+            time.sleep(0.02)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def env(self, stats=None):
+        env = self.tools.plain_env()
+        env["SHUNT_SOCKET"] = self.socket
+        if stats:
+            env["SHUNT_STATS"] = str(stats)
+        return env
+
+    def log_text(self):
+        return self.log.read_text(errors="replace")
+
+    def status(self, shunt, timeout=5):
+        """`shunt status --json`, which must answer within @timeout s."""
+        try:
+            st = subprocess.run([str(shunt), "status", "--json", "--socket", self.socket],
+                                env=self.env(), capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"shuntd did not answer `shunt status` within {timeout} s; "
+                                 f"its kernel stack: {self.wchan()}\n{self.log_text()[-3000:]}") \
+                from None
+        assert st.returncode == 0, f"shunt status: {st.stderr}\n{self.log_text()[-3000:]}"
+        return json.loads(st.stdout)
+
+    def wchan(self):
+        try:
+            return pathlib.Path(f"/proc/{self.pid}/wchan").read_text()
+        except OSError as e:
+            return str(e)
+
+    def check_alive(self, shunt):
+        log = self.log_text()
+        assert self.proc.poll() is None and "dying of signal" not in log, \
+            f"shuntd died (rc {self.proc.poll()}):\n{log[-4000:]}"
+        self.status(shunt)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.proc.wait()
+        log = self.log_text()
+        assert "dying of signal" not in log, log[-4000:]
+        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+            assert marker not in log, f"shuntd reported a sanitizer error:\n{log[-4000:]}"
+
+
+@pytest.fixture
+def world(build_dir, shunt_cli, tools, tmp_path):
+    """A shuntd of our own, and a way to start echod, honest clients and
+    hostile peers under `shunt run` against it; all stopped at the end."""
+    daemon = Daemon(build_dir, tmp_path, tools)
+    shunt = shunt_cli()
+    control = build_dir / "tests" / "control"
+    started = []
+    names = iter(range(1000))
+
+    def run(prog, *args):
+        n = next(names)
+        p = Proc([shunt, "run", "--", control / prog] + list(args),
+                 daemon.env(tmp_path / f"{prog}.{n}.stats"), tmp_path / f"{prog}.{n}.err")
+        started.append(p)
+        return p
+
+    w = types.SimpleNamespace(daemon=daemon, shunt=shunt, run=run)
+    yield w
+    for p in started:
+        p.close()
+    daemon.stop()
+
+
+def honest_results(proc, timeout):
+    """Wait for an honest client's end: its summary, and its failed connections."""
+    done = proc.expect("done", timeout=timeout)
+    assert proc.finish(timeout=5) == 0, proc.describe()
+    assert done["connections"] > 0, f"no connection was even tried:\n{proc.describe()}"
+    return done, [line for line in proc.lines if line.get("event") == "conn"]
+
+
+def check_honest(result, who):
+    done, failed = result
+    assert not failed and done["ok"] == done["connections"], \
+        f"{who}: {len(failed)} of {done['connections']} honest connections failed: {failed[:5]}"
+    assert done["max_ms"] < HONEST_HANG_MS, f"{who}: an honest connection took {done}"
+
+
+def echod_stats(echod):
+    echod.proc.stdin.write(b"stats\n")
+    echod.proc.stdin.flush()
+    n = len([line for line in echod.lines if line.get("event") == "stats"])
+    deadline = time.monotonic() + 10
+    while len([line for line in echod.lines if line.get("event") == "stats"]) == n:
+        left = deadline - time.monotonic()
+        assert left > 0 and echod._read_some(left) is not None, \
+            f"echod did not answer:\n{echod.describe()}"
+    return [line for line in echod.lines if line.get("event") == "stats"][-1]
+
+
+def served_all(echod, timeout=5):
+    """Wait until echod has served every connection it accepted (each is
+    over within its 2 s timeouts); its counters then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = echod_stats(echod)
+        if stats["served"] == stats["accepted"] or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.1)
+
+
+def check_served(echod, stats, honest_ok):
+    """echod's view: no connection but honest, ink or empty ones; every
+    accepted connection with the IPv4 addresses an IPv4 listener's have;
+    each honest connection echoed once."""
+    assert stats["served"] == stats["accepted"], f"connections never over: {stats}"
+    conns = [line for line in echod.lines if line.get("event") == "conn"]
+    bad = [c for c in conns if c["kind"] == "bad"]
+    assert not bad and not stats["bad"], \
+        f"connections that carried garbage as if honest: {stats} {bad[:5]}"
+    odd = [c for c in conns if (c["family"], c["addrlen"], c["local_family"], c["local_len"])
+           != (AF_INET, 16, AF_INET, 16)]
+    assert not odd, f"accepted with addresses no IPv4 listener's connection has: {odd[:5]}"
+    assert not stats["twice"], f"an honest connection was accepted twice: {stats}"
+    assert stats["honest"] >= honest_ok, (stats, honest_ok)
+    errors = [line for line in echod.lines if line.get("event") == "accept_error"]
+    assert not errors and not stats["failed"], \
+        f"accept() failed as no kernel listener does: {errors[:5]}"
+
+
+def check_nothing_left(daemon, shunt):
+    """Everyone is done (the hostile gone, the clients exited, echod closed
+    every connection): shuntd holds none any more, each end told it so in
+    its journal or by exiting. One left is a slot never given back, and
+    shuntd's memory, the victim's and the channel's growing with each."""
+    deadline = time.monotonic() + 2
+    while True:
+        conns = daemon.status(shunt)["connections"]
+        if not conns or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not conns, f"{len(conns)} connections left at shuntd once all ended: {conns[:3]}"
+
+
+def check_idle(pids, what):
+    """Nothing left to do: no process of @pids may spin."""
+    before = {p: cpu_ticks(p) for p in pids}
+    time.sleep(IDLE_S)
+    used = {p: cpu_ticks(p) - before[p] for p in pids}
+    assert all(u <= IDLE_TICKS for u in used.values()), \
+        f"{what}: {used} ticks of 1/{CLK_TCK} s used in {IDLE_S} s of idleness (by pid)"
+
+
+@pytest.mark.shunt
+@pytest.mark.parametrize("mode,accept", CHAN_MODES)
+def test_garbage_in_the_channel(world, mode, accept):
+    """A hostile client spoils the channel it shares with the victim's
+    listener (queue indices and entries, slot states, the header, the
+    acceptors' lock, the doorbell) while honest clients of another process
+    connect to the same listener through channels of their own: every
+    honest connection is accepted and echoed in time, nothing the hostile
+    wrote reaches the victim as an honest connection, a blocking accept()
+    never says EAGAIN, and once the hostile is gone neither the victim nor
+    shuntd spins, and both still serve."""
+    echod = world.run("echod", accept)
+    port = echod.expect("listening")["port"]
+    hostile = world.run("hostile", "connect", port, mode, echod.pid, CHAN_HOSTILE_MS)
+    hostile.expect("mapped")
+    honest = world.run("honest", port, 1, HONEST_MS, 2)
+    hostile.expect("done", timeout=CHAN_HOSTILE_MS / 1000 + 10)
+    during = honest_results(honest, timeout=HONEST_MS / 1000 + HONEST_HANG_MS / 1000 + 5)
+    check_honest(during, "while the hostile lied")
+    # The lie that would leave the victim stuck or spinning, told when no
+    # honest client runs; then the hostile goes.
+    hostile.proc.stdin.write(b"last\n")
+    hostile.proc.stdin.flush()
+    hostile.expect("last")
+    hostile.kill()
+    herr = hostile.stderr()
+    assert "runtime error" not in herr, f"UBSan in the hostile's libshunt:\n{herr[-4000:]}"
+    served_all(echod)
+    check_idle([echod.pid, world.daemon.pid], "the victim and shuntd")
+    # The listener is as good as new.
+    after = world.run("honest", port, 2, 300, 1)
+    after = honest_results(after, timeout=0.3 + HONEST_HANG_MS / 1000 + 5)
+    check_honest(after, "after the hostile was gone")
+    stats = served_all(echod)
+    assert echod.proc.poll() is None, echod.describe()
+    assert "runtime error" not in echod.stderr(), echod.stderr()[-4000:]
+    check_served(echod, stats, during[0]["ok"] + after[0]["ok"])
+    if accept == "block":
+        assert stats["eagain"] == 0, f"a blocking accept() said EAGAIN: {stats}"
+    else:
+        assert stats["max_accept_ms"] < 1000, f"a non-blocking accept() waited: {stats}"
+    check_nothing_left(world.daemon, world.shunt)
+    world.daemon.check_alive(world.shunt)
+
+
+JOURNAL_MS = 1000
+# How much shuntd's resident memory may grow over an attack that tells it
+# a few hundred thousand lies (unbounded growth would be megabytes).
+RSS_SLACK_KIB = 1024
+
+
+def echo_held(held):
+    """One more echo on the held connection; it must come back whole."""
+    n = len([line for line in held.lines if line.get("event") == "conn"])
+    held.proc.stdin.write(b"ping\n")
+    held.proc.stdin.flush()
+    deadline = time.monotonic() + HONEST_HANG_MS / 1000 + 5
+    while len([line for line in held.lines if line.get("event") == "conn"]) == n:
+        left = deadline - time.monotonic()
+        assert left > 0 and held._read_some(left) is not None, held.describe()
+    last = [line for line in held.lines if line.get("event") == "conn"][-1]
+    assert last["ok"], f"the held connection broke: {last}"
+
+
+@pytest.mark.shunt
+def test_lies_in_the_journal(world, sanitized):
+    """A hostile process writes garbage into its own journal and kicks
+    shuntd: unknown types, connections of channels and slots that are not
+    its own or in other generations, accepts of a listener it does not
+    hold, CLOSED for the victim's circuits, tails far ahead and behind,
+    descriptors and inodes that are not the connection's socket. shuntd
+    survives and still answers, the victim's connections (one held across
+    the attack, and new ones meanwhile) are neither closed nor reset, and
+    shuntd's memory and log do not grow with the number of lies."""
+    echod = world.run("echod", "block")
+    port = echod.expect("listening")["port"]
+    # Warm up, so that what shuntd keeps for any client is there before we measure.
+    honest_results(world.run("honest", port, 4, 200, 2), timeout=10)
+    held = world.run("honest", port, 3, "hold")
+    held.expect("connected")
+    echo_held(held)
+    st = world.daemon.status(world.shunt)
+    ids = [c["circuit"] for c in st["connections"] if c["server_pid"] == echod.pid]
+    assert ids, st
+    rss_before = vm_rss_kib(world.daemon.pid)
+    log_before = len(world.daemon.log_text())
+    hostile = world.run("hostile", "connect", port, "journal", echod.pid, JOURNAL_MS, *ids)
+    hostile.expect("journal")
+    honest = world.run("honest", port, 1, HONEST_MS, 2)
+    done = hostile.expect("done", timeout=JOURNAL_MS / 1000 + 10)
+    assert done["lies"] > 10000, done
+    during = honest_results(honest, timeout=HONEST_MS / 1000 + HONEST_HANG_MS / 1000 + 5)
+    hostile.kill()
+    echo_held(held)
+    check_honest(during, "while the hostile lied")
+    # The hostile's session buried, and all it made with it.
+    deadline = time.monotonic() + 5
+    while any(s["pid"] == hostile.pid for s in world.daemon.status(world.shunt)["sessions"]):
+        assert time.monotonic() < deadline, "the hostile's session outlived it"
+        time.sleep(0.1)
+    world.daemon.check_alive(world.shunt)
+    grown = len(world.daemon.log_text()) - log_before
+    assert grown < 16 << 10, \
+        f"shuntd's log grew by {grown} bytes:\n{world.daemon.log_text()[-3000:]}"
+    rss_after = vm_rss_kib(world.daemon.pid)
+    # A sanitizer's quarantine keeps what is freed; its leak check judges that build.
+    if not sanitized:
+        assert rss_after - rss_before <= RSS_SLACK_KIB, \
+            f"shuntd grew from {rss_before} to {rss_after} KiB ({done})"
+    held.proc.stdin.close()
+    assert held.finish(timeout=10) == 0, held.describe()
+    stats = served_all(echod)
+    check_served(echod, stats, during[0]["ok"])
+    check_nothing_left(world.daemon, world.shunt)
+
+
+@pytest.mark.shunt
+@pytest.mark.parametrize("mode", ["self-doorbell", "kick-block"])
+def test_eventfds_made_blocking(world, mode):
+    """The eventfds shuntd shares with processes (a listener's doorbell
+    with its holders and clients, a journal's kick with its process) are
+    one open file each: a process can clear their O_NONBLOCK for shuntd
+    too. Then it fills its own listener's doorbell and connects to itself
+    (shuntd counts that connection: a write that cannot complete), or
+    rings its kick and takes the count back before shuntd reads it (a
+    read with nothing to read). shuntd must wait for neither: it still
+    answers, and serves new connections."""
+    hostile = world.run("hostile", "connect", 0, mode, world.daemon.pid, 1500)
+    done = hostile.expect("done", timeout=15)
+    world.daemon.check_alive(world.shunt)
+    echod = world.run("echod", "block")
+    port = echod.expect("listening")["port"]
+    check_honest(honest_results(world.run("honest", port, 1, 300, 1),
+                                timeout=0.3 + HONEST_HANG_MS / 1000 + 5), "after the hostile lied")
+    hostile.kill()
+    world.daemon.check_alive(world.shunt)
+    if mode == "kick-block":
+        assert done["rounds"] > 100, done

@@ -10,6 +10,8 @@ import os
 import pathlib
 import select
 import signal
+import socket
+import struct
 import subprocess
 import time
 
@@ -143,6 +145,76 @@ def test_status_shows_the_circuit_and_its_bytes(peers, shunt_cli, shunt_session)
     assert c["server"].startswith("127.0.0.1:") and c["client"].startswith("127.0.0.1:")
     pids = {s["pid"] for s in st["sessions"]}
     assert {server.pid, client.pid} <= pids
+
+
+# Holds N connections to itself open until stdin ends.
+HOLD_MANY = """
+import socket, sys
+n = int(sys.argv[1])
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(n)
+cs = [socket.create_connection(ls.getsockname()) for _ in range(n)]
+ss = [ls.accept()[0] for _ in range(n)]
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+STATUS, STATUS_CONN, STATUS_END = 7, 10, 11  # include/shunt/proto.h
+PROTO_HDR = struct.Struct("<HHIIi")  # type, version, len, seq, status
+PROTO_VERSION = 5
+
+
+def slow_status(sock_path, pause):
+    """STATUS asked as `shunt status` asks it, by a client that reads
+    nothing for @pause s: the record types it then gets, in order."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sock_path)
+    s.settimeout(5)
+    s.send(PROTO_HDR.pack(STATUS, PROTO_VERSION, PROTO_HDR.size + 8, 1, 0) + bytes(8))
+    time.sleep(pause)
+    types = []
+    try:
+        while not types or types[-1] != STATUS_END:
+            data = s.recv(512)
+            if not data:
+                break
+            types.append(PROTO_HDR.unpack_from(data)[0])
+    except socket.timeout:
+        pass
+    finally:
+        s.close()
+    return types
+
+
+@pytest.mark.shunt
+def test_status_of_many_connections_is_whole(shunt_cli, shunt_session, tmp_path):
+    """More connections than the status socket holds records at once (its
+    send buffer takes a few hundred), to a client that is slow to read:
+    shuntd sends them as the client reads them, all of them and the end,
+    rather than dropping what did not fit and leaving it waiting forever."""
+    n = 1000
+    prog = subprocess.Popen([str(shunt_cli()), "run", "--", "/usr/bin/python3", "-c", HOLD_MANY,
+                             str(n)], env=shunt_session.env(), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        line = prog.stdout.readline()
+        assert line.strip() == "ready", prog.stderr.read() if prog.poll() is not None else line
+        types = slow_status(shunt_session.socket, 0.5)
+        assert types and types[-1] == STATUS_END, \
+            f"no end of the status after {len(types)} records"
+        assert types.count(STATUS_CONN) >= n, (types.count(STATUS_CONN), n)
+        # And `shunt status` itself, reading as fast as it can.
+        out = subprocess.run([str(shunt_cli()), "status", "--json"], env=shunt_session.env(),
+                             capture_output=True, text=True, timeout=20)
+        assert out.returncode == 0, out.stderr
+        mine = [c for c in json.loads(out.stdout)["connections"] if c["client_pid"] == prog.pid]
+        assert len(mine) == n, f"{len(mine)} of {n} connections listed"
+    finally:
+        prog.stdin.close()
+        prog.wait(timeout=20)
 
 
 @pytest.mark.shunt
