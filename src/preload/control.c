@@ -48,7 +48,7 @@ static int exec_claimed = -ENOENT;	/* under ctl_lock: what that HELLO's claim sa
  * reply it gave up on (or a HELLO's) arrives, shuntd is late: connects do
  * not ask, requests that must be answered wait for that reply first.
  */
-static int64_t ctl_patience_ns = 50000000;	/* SHUNT_CONNECT_WAIT_US */
+static int64_t ctl_patience_ns = 200000000;	/* SHUNT_CONNECT_WAIT_US */
 static bool ctl_hello_pending;		/* under ctl_lock: HELLO sent, not answered */
 static struct shunt_msg_hello ctl_hello;	/* under ctl_lock: that HELLO */
 static bool ctl_late;			/* under ctl_lock: a CONNECT was given up on... */

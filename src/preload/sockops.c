@@ -818,6 +818,9 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	}
 	if (r == -ETIMEDOUT || r == -ENOTCONN)
 		return -EAGAIN;
+	/* The doorbell rang, and nobody holds anything for it (shunt_op_accept). */
+	if (r == -EAGAIN)
+		return -EALREADY;
 	if (r == -ENOENT) {
 		/*
 		 * shuntd no longer knows the registration (another thread shut
@@ -897,6 +900,10 @@ static int64_t timeout_of(int fd)
 	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
+enum {
+	STALE_WAIT_NS = 10 * 1000 * 1000,	/* see shunt_op_accept's @stale */
+};
+
 int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 		    int flags)
 {
@@ -906,6 +913,13 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 	bool polled = false;	/* p's revents are a wait's answer, not yet acted on */
 	bool lost = false;	/* the last look went by our channels alone, and found nothing */
 	bool blocking = false;	/* the listener was found without O_NONBLOCK */
+	/*
+	 * The doorbell rings for nothing: counts no entry backs (a client
+	 * spoilt its entries, or rang it). It cannot be slept on then, and
+	 * asking shuntd again at once would spin: the next wait leaves it
+	 * out for STALE_WAIT_NS, and looks at our channels after.
+	 */
+	bool stale = false;
 
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
 		return -EINVAL;
@@ -944,6 +958,10 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			shunt_fork_enter();
 			r = accept_circuit(s, kfd, addr, alen, flags);
 			shunt_fork_leave();
+			if (r == -EALREADY) {
+				stale = true;
+				r = -EAGAIN;
+			}
 			if (r != -EAGAIN)
 				break;
 			/* Another acceptor was quicker: now the kernel's queue too. */
@@ -994,6 +1012,13 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			ts.tv_nsec = left % 1000000000;
 		} else {
 			tsp = NULL;
+		}
+		if (stale) {
+			p[1].fd = -1;
+			if (!tsp || ts.tv_sec || ts.tv_nsec > STALE_WAIT_NS)
+				ts = (struct timespec){ 0, STALE_WAIT_NS };
+			tsp = &ts;
+			stale = false;
 		}
 		r = (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
 		if (r < 0 && errno == EINTR && (deadline || !handlers_restart())) {
