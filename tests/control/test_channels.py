@@ -77,12 +77,13 @@ def run(argv, env, script_input):
     return res.stdout.split("\n")
 
 
-@pytest.fixture
-def daemon(build_dir, tmp_path, tools):
+def spawn_shuntd(build_dir, tmp_path, tools, *args):
+    """A shuntd of the test's own on tmp_path/shuntd.sock (its log beside
+    it), once it serves: (process, socket path)."""
     sock = str(tmp_path / "shuntd.sock")
     log = open(tmp_path / "shuntd.log", "wb")
     proc = subprocess.Popen([str(build_dir / "src" / "daemon" / "shuntd"), "--socket", sock,
-                             "--channel-slots", str(SLOTS), "--log", "info"],
+                             *args],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                             env=tools.plain_env(), start_new_session=True)
     log.close()
@@ -91,6 +92,13 @@ def daemon(build_dir, tmp_path, tools):
         assert proc.poll() is None, (tmp_path / "shuntd.log").read_text()
         assert time.monotonic() < deadline, "shuntd never made its socket"
         time.sleep(0.02)
+    return proc, sock
+
+
+@pytest.fixture
+def daemon(build_dir, tmp_path, tools):
+    proc, sock = spawn_shuntd(build_dir, tmp_path, tools, "--channel-slots", str(SLOTS),
+                              "--log", "info")
     yield sock
     proc.terminate()
     proc.wait(timeout=10)

@@ -32,6 +32,7 @@ import time
 
 import pytest
 
+from test_channels import spawn_shuntd
 from test_containers import Net, _can_make_namespaces
 
 pytestmark = pytest.mark.shunt
@@ -151,17 +152,7 @@ def netns():
 
 @pytest.fixture
 def daemon(build_dir, tmp_path, tools):
-    sock = str(tmp_path / "shuntd.sock")
-    log = open(tmp_path / "shuntd.log", "wb")
-    proc = subprocess.Popen([str(build_dir / "src" / "daemon" / "shuntd"), "--socket", sock],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            env=tools.plain_env(), start_new_session=True)
-    log.close()
-    deadline = time.monotonic() + 10
-    while not os.path.exists(sock):
-        assert proc.poll() is None, (tmp_path / "shuntd.log").read_text()
-        assert time.monotonic() < deadline, "shuntd never made its socket"
-        time.sleep(0.02)
+    proc, sock = spawn_shuntd(build_dir, tmp_path, tools)
     yield proc, sock
     os.kill(proc.pid, signal.SIGCONT)
     proc.terminate()
