@@ -42,7 +42,9 @@ struct peer {
 enum { DO_EXIT = 1, DO_READ_ALL };
 
 // A peer in a process of its own, forked while this one holds no socket:
-// it listens, says where, and holds the end it accepts.
+// it listens, says where, and holds the end it accepts, which it says it
+// did. (A peer killed before it accepts resets the connection from its
+// listener's queue; under shunt only shuntd does that, a moment later.)
 static void peer_fork(struct peer *p)
 {
 	struct t_addr a;
@@ -58,6 +60,7 @@ static void peer_fork(struct peer *p)
 		t_chan_put(&p->port, t_addr_port(&a));
 		s = t_accept(lfd);
 		close(lfd);
+		t_chan_put(&p->done, 0);	// accepted: a kill now resets this end
 		for (;;) {
 			what = t_chan_get(&p->cmd);
 			if (what == DO_EXIT)
@@ -80,6 +83,7 @@ static void peer_connect(struct peer *p, int *c)
 
 	t_addr_make(&a, "127.0.0.1", (uint16_t)t_chan_get(&p->port));
 	*c = t_connect(&a);
+	t_chan_get(&p->done);
 }
 
 static void peer_start(struct peer *p, int *c)
