@@ -88,10 +88,12 @@ static bool eligible(struct shuntd *d, struct session *s, struct listener *l)
 static void chan_free(struct shuntd *d, struct channel *ch)
 {
 	shunt_map_del(&d->channels, ch->id);
+	shuntd_chan_pages_forget(ch);
 	munmap(ch->hdr, ch->size);
 	close(ch->memfd);
 	free(ch->circ);
 	free(ch->gone_queued);
+	free(ch->warm);
 	free(ch);
 }
 
@@ -158,6 +160,7 @@ static struct channel *chan_new(struct shuntd *d, struct session *s, struct list
 	ch->ring_size = ring;
 	ch->size = shunt_chan_size(slots, ring);
 	ch->circ = calloc(slots, sizeof(*ch->circ));
+	ch->warm = calloc(slots, sizeof(*ch->warm));	/* NULL: slots are emptied at once */
 	ch->memfd = ch->circ ? shuntd_memfd_sealed("shunt-channel", ch->size) : -ENOMEM;
 	if (ch->memfd < 0)
 		goto fail;
@@ -453,11 +456,10 @@ void shuntd_chan_slot_done(struct shuntd *d, struct circuit *c)
 	uint32_t i = c->slot;
 	uint32_t w = atomic_load(&slot_states(ch)[i]);
 
-	(void)d;
 	ch->circ[i] = NULL;
 	ch->live--;
-	/* Emptied: memory at rest follows use. A filter or an old kernel: it stays. */
-	madvise(slot_hdr(ch, i), shunt_circuit_size(ch->ring_size), MADV_REMOVE);
+	/* Its pages kept a while for the next connection, or given back now. */
+	shuntd_chan_pages_freed(d, ch, i);
 	/* S1: pairs with the client's acquire CAS when it takes the slot again. */
 	atomic_store_explicit(&slot_states(ch)[i], shunt_slot_word(shunt_slot_gen(w), SHUNT_SLOT_FREE),
 			      memory_order_release);

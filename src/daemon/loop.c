@@ -121,6 +121,10 @@ int shuntd_loop_run(struct shuntd *d)
 		tick = shuntd_chan_next_tick(d);
 		if (tick >= 0 && (timeout < 0 || tick < timeout))
 			timeout = tick;
+		/* Channels gone quiet give their freed slots' pages back. */
+		tick = shuntd_chan_pages_next_tick(d);
+		if (tick >= 0 && (timeout < 0 || tick < timeout))
+			timeout = tick;
 		n = epoll_wait(d->epfd, evs, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -169,6 +173,7 @@ int shuntd_loop_run(struct shuntd *d)
 		shuntd_listener_tick(d);
 		shuntd_journal_tick(d);
 		shuntd_chan_tick(d);
+		shuntd_chan_pages_tick(d);
 		empty_graves(d);
 		if (d->sessions.len)
 			idle_since = now_ms();

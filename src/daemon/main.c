@@ -378,6 +378,7 @@ int main(int argc, char **argv)
 	shunt_map_init(&d.channels);
 	shunt_list_init(&d.journals_awake);
 	shunt_list_init(&d.adopt_pending);
+	shunt_list_init(&d.warm_channels);
 	if (shuntd_netns_init(&d) < 0)
 		return 1;
 	/* Without it every connect asks, as before: worth a warning, not an exit. */

@@ -85,6 +85,7 @@ struct shuntd {
 	struct shunt_map channels;	/* id -> struct channel */
 	struct shunt_list journals_awake;	/* struct journal.awake_node: read on the next tick */
 	struct shunt_list adopt_pending;	/* struct circuit.adopt_node, by adopt_at */
+	struct shunt_list warm_channels;	/* struct channel.warm_node, by warm_at */
 	void **graves;			/* watched objects gone in this batch (loop.c) */
 	size_t ngraves, graves_cap;
 	size_t live_sessions;		/* connected sessions, for idle exit */
@@ -266,6 +267,12 @@ struct channel {
 	 */
 	uint32_t *gone_queued;
 	uint32_t live;			/* circuits living in it */
+	/* Per slot, whether it was freed with its pages kept (chan_pages.c); NULL: never. */
+	uint8_t *warm;
+	uint32_t nwarm;
+	int64_t warm_at;		/* when a slot was last freed warm (ms) */
+	bool warm_listed;
+	struct shunt_list warm_node;	/* in d->warm_channels, by warm_at, while listed */
 	bool closed;			/* no more connections: hdr->state, as we wrote it */
 	bool busy;			/* its listener or client going: not freed under them */
 	struct shunt_list client_node;	/* in client->channels */
@@ -534,6 +541,11 @@ int shuntd_chan_next_tick(struct shuntd *d);
 void shuntd_chan_tick(struct shuntd *d);
 /* A circuit in a channel's slot is destroyed: give the slot back. */
 void shuntd_chan_slot_done(struct shuntd *d, struct circuit *c);
+/* chan_pages.c: a freed slot's pages, kept for the next connection a while. */
+void shuntd_chan_pages_freed(struct shuntd *d, struct channel *ch, uint32_t slot);
+void shuntd_chan_pages_forget(struct channel *ch);
+int shuntd_chan_pages_next_tick(struct shuntd *d);
+void shuntd_chan_pages_tick(struct shuntd *d);
 /* Journal entries: a connection queued, taken. */
 void shuntd_chan_connected(struct shuntd *d, struct session *s,
 			   const struct shunt_journal_entry *e);
