@@ -806,6 +806,18 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	 */
 	if (!doorbell_rings(s->doorbell))
 		return -EAGAIN;
+	/*
+	 * Most often a client between its count and its entry: woken by its
+	 * count, we may have taken its CPU. Give it back once, then look again
+	 * before a round trip through shuntd.
+	 */
+	shunt_syscall(SYS_sched_yield);
+	r = accept_from_channels(s, fd, listener, addr, alen, flags);
+	if (r != -EAGAIN)
+		return r;
+	if (!doorbell_rings(s->doorbell))
+		return -EAGAIN;
+	shunt_stats.accept_asks++;
 	r = shunt_ctl_accept(fd, listener, &g);
 	while (r == SHUNT_USE_CHANNEL) {
 		/* A channel we did not have: its queue may hold what the doorbell counted. */

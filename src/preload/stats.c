@@ -88,7 +88,8 @@ static void report(void)
 		     "\"fallback_nodaemon\":%llu,\"fallback_error\":%llu,"
 		     "\"fallback_policy\":%llu,\"fallback_limit\":%llu,\"policy_refused\":%llu,"
 		     "\"fallback_seccomp\":%llu,\"fallback_late\":%llu,\"late_waits\":%llu,"
-		     "\"kernel_unlistened\":%llu,\"trim_idle\":%llu,\"trim_read\":%llu}\n",
+		     "\"kernel_unlistened\":%llu,\"trim_idle\":%llu,\"trim_read\":%llu,"
+		     "\"accept_asks\":%llu}\n",
 		     pid, (unsigned long long)shunt_stats.shm_connect,
 		     (unsigned long long)shunt_stats.shm_accept,
 		     (unsigned long long)shunt_stats.kernel_connect,
@@ -104,7 +105,8 @@ static void report(void)
 		     (unsigned long long)shunt_stats.late_waits,
 		     (unsigned long long)shunt_stats.kernel_unlistened,
 		     (unsigned long long)shunt_stats.trim_idle,
-		     (unsigned long long)shunt_stats.trim_read);
+		     (unsigned long long)shunt_stats.trim_read,
+		     (unsigned long long)shunt_stats.accept_asks);
 	fd = atomic_load(&kept_fd);
 	if (fd < 0)
 		fd = open_report();
