@@ -382,6 +382,14 @@ struct patience {
 	const struct shunt_wire_addr *dst;	/* a CONNECT's (a late channel is kept) */
 };
 
+/* SHUNT_CONNECT_WAIT_US from now, for a request whose @flags get @flag. */
+static struct patience patience_from_now(uint32_t *flags, uint32_t flag,
+					 const struct shunt_wire_addr *dst)
+{
+	return (struct patience){ .deadline = shunt_now_ns() + ctl_patience_ns, .flags = flags,
+				  .flag = flag, .dst = dst };
+}
+
 /*
  * Send @req and wait for its reply, into @a; with @pt, give it up at its
  * deadline if shuntd has not taken it by then. The reply must answer this
@@ -722,10 +730,7 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 	shunt_proto_init(&m, SHUNT_MSG_CONNECT, sizeof(m), 0);
 	m.dst = *dst;
 	m.flags = flags;
-	struct patience pt = {
-		.deadline = shunt_now_ns() + ctl_patience_ns, .flags = &m.flags,
-		.flag = SHUNT_CONNECT_DEADLINE, .dst = dst,
-	};
+	struct patience pt = patience_from_now(&m.flags, SHUNT_CONNECT_DEADLINE, dst);
 	r = request_circuit(&m, fd, 1, g, why, &pt);
 	if (r == -ENOTCONN)
 		shunt_stats.fallback_nodaemon++;
@@ -745,10 +750,7 @@ int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 	 * Given up on like a connect: a doorbell that rang for a client still
 	 * queueing (chan.c) must not make accept() wait for a stopped shuntd.
 	 */
-	struct patience pt = {
-		.deadline = shunt_now_ns() + ctl_patience_ns, .flags = &m.flags,
-		.flag = SHUNT_ACCEPT_DEADLINE,
-	};
+	struct patience pt = patience_from_now(&m.flags, SHUNT_ACCEPT_DEADLINE, NULL);
 	r = request_circuit(&m, fd, 2, g, NULL, &pt);
 	/*
 	 * shuntd is gone, and what it had queued went with it: nothing to
