@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/addr.h"
+#include "common/bind_port.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "daemon/shuntd.h"
@@ -38,15 +39,24 @@ static int bind_client(int fd, const struct sock_facts *f, const struct shunt_wi
 		       struct shunt_wire_addr *local)
 {
 	struct shunt_wire_addr src = source_for(from, f->domain);
-	struct sockaddr_storage ss;
-	socklen_t len = shunt_addr_from_wire(&src, &ss);
+	struct sockaddr_storage ss, got;
+	socklen_t len = shunt_addr_from_wire(&src, &ss), got_len = sizeof(got);
+	int r;
 
 	if (bind(fd, (struct sockaddr *)&ss, len) < 0)
 		return -errno;
-	len = sizeof(ss);
-	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+	r = getsockname(fd, (struct sockaddr *)&got, &got_len) < 0 ? -errno
+		: shunt_addr_to_wire((struct sockaddr *)&got, got_len, local);
+	if (r < 0 || local->port)
+		return r;
+	/* IP_BIND_ADDRESS_NO_PORT left the port to connect(), which is us. */
+	r = shunt_bind_port(fd, (struct sockaddr *)&ss, len);
+	if (r < 0)
+		return r;
+	got_len = sizeof(got);
+	if (getsockname(fd, (struct sockaddr *)&got, &got_len) < 0)
 		return -errno;
-	return shunt_addr_to_wire((struct sockaddr *)&ss, len, local);
+	return shunt_addr_to_wire((struct sockaddr *)&got, got_len, local);
 }
 
 /*

@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 
 #include "common/addr.h"
+#include "common/bind_port.h"
 #include "common/circuit.h"
 #include "common/lock.h"
 #include "common/log.h"
@@ -233,6 +234,7 @@ static int bind_sock(struct shunt_sock *s, int fd, struct shunt_chan *ch,
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	struct shunt_wire_addr src;
+	int r;
 
 again:
 	if (unbound) {
@@ -271,6 +273,17 @@ again:
 	}
 	if (s)
 		atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
+	len = sizeof(ss);
+	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	    shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0)
+		return -errno ? -errno : -EINVAL;
+	if (local->port)
+		return 0;
+	/* IP_BIND_ADDRESS_NO_PORT left the port to connect(), which is us. */
+	len = shunt_addr_from_wire(&src, &ss);
+	r = shunt_bind_port(fd, (struct sockaddr *)&ss, len);
+	if (r < 0)
+		return r;
 	len = sizeof(ss);
 	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
 	    shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0)
