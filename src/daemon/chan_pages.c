@@ -61,6 +61,10 @@ void shuntd_chan_pages_freed(struct shuntd *d, struct channel *ch, uint32_t i)
 		warm = sent <= WARM_BYTES;
 	}
 	if (!warm) {
+		if (ch->warm && ch->warm[i]) {
+			ch->warm[i] = 0;
+			ch->nwarm--;
+		}
 		empty_slot(ch, i);
 		return;
 	}
