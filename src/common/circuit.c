@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/circuit.h"
+#include "common/memfd.h"
 #include "common/sys.h"
 
 bool shunt_circuit_ring_size_ok(uint32_t ring_size)
@@ -27,7 +28,7 @@ int shunt_circuit_map_at(int memfd, uint64_t offset, uint32_t ring_size,
 	size_t size = shunt_circuit_size(ring_size);
 	struct stat st;
 	void *p;
-	int seals;
+	int seals, r;
 
 	if (!shunt_circuit_ring_size_ok(ring_size) || offset % SHUNT_CIRCUIT_HDR_SIZE)
 		return -EINVAL;
@@ -45,10 +46,9 @@ int shunt_circuit_map_at(int memfd, uint64_t offset, uint32_t ring_size,
 		return -errno;
 	if (!(seals & F_SEAL_SHRINK))
 		return -EPROTO;
-	p = (void *)shunt_syscall(SYS_mmap, NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd,
-				  (long)offset);
-	if (p == MAP_FAILED)
-		return -errno;
+	r = shunt_memfd_map_range(memfd, offset, size, PROT_READ | PROT_WRITE, NULL, &p);
+	if (r < 0)
+		return r;
 	*out = p;
 	return 0;
 }

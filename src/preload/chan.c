@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <netinet/in.h>
 
 #include "common/addr.h"
@@ -19,6 +18,7 @@
 #include "common/circuit.h"
 #include "common/lock.h"
 #include "common/log.h"
+#include "common/memfd.h"
 #include "common/sys.h"
 #include "preload/chan.h"
 #include "preload/conn.h"
@@ -102,27 +102,26 @@ static struct shunt_chan *chan_map(struct shunt_grant *g, int *err)
 {
 	const struct shunt_msg_chan *m = &g->chan;
 	struct shunt_chan *ch = NULL;
-	struct shunt_chan_hdr *hdr = MAP_FAILED;
+	struct shunt_chan_hdr *hdr = NULL;
 	size_t size = 0;
-	struct stat st;
-	int seals;
+	void *p;
+	int seals, r;
 
 	*err = -EPROTO;
 	if (m->slots < SHUNT_CHAN_SLOTS_MIN || m->slots > SHUNT_CHAN_SLOTS_MAX ||
 	    !shunt_circuit_ring_size_ok(m->ring_size))
 		goto out;
 	size = shunt_chan_size(m->slots, m->ring_size);
-	/* Raw calls, so that the seccomp gate judges them. */
+	/* A raw call, so that the seccomp gate judges it. */
 	seals = (int)shunt_syscall(SYS_fcntl, g->memfd, F_GET_SEALS);
-	if (shunt_syscall(SYS_fstat, g->memfd, &st) < 0 || (size_t)st.st_size != size ||
-	    seals < 0 || !(seals & F_SEAL_SHRINK))
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
 		goto out;
-	hdr = (void *)shunt_syscall(SYS_mmap, NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
-				    g->memfd, 0L);
-	if (hdr == MAP_FAILED) {
-		*err = -errno;
+	r = shunt_memfd_map(g->memfd, size, PROT_READ | PROT_WRITE, NULL, &p);
+	if (r < 0) {
+		*err = r;
 		goto out;
 	}
+	hdr = p;
 	if (hdr->magic != SHUNT_CHAN_MAGIC || hdr->version != SHUNT_CHAN_VERSION ||
 	    hdr->slots != m->slots || hdr->ring_size != m->ring_size || hdr->channel != m->channel ||
 	    hdr->id_base != shunt_chan_id_base(m->channel))
@@ -143,7 +142,7 @@ static struct shunt_chan *chan_map(struct shunt_grant *g, int *err)
 	atomic_init(&ch->refs, 1);
 	*err = 0;
 out:
-	if (!ch && hdr != MAP_FAILED)
+	if (!ch && hdr)
 		shunt_syscall(SYS_munmap, hdr, size);
 	shunt_close_internal(g->memfd);
 	g->memfd = -1;

@@ -10,11 +10,9 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 
 #include "common/addr.h"
-#include "common/sys.h"
+#include "common/memfd.h"
 #include "preload/directory.h"
 #include "preload/util.h"
 #include "shunt/directory.h"
@@ -25,23 +23,15 @@ static _Atomic bool dir_valid;
 int shunt_directory_install(int memfd)
 {
 	const struct shunt_directory *old = atomic_load(&dir);
-	size_t size = shunt_directory_size();
-	struct shunt_directory *d;
-	struct stat st;
-	int r = 0;
+	const struct shunt_directory *d;
+	void *p;
+	int r;
 
 	atomic_store(&dir_valid, false);
-	/* Raw calls, so that the seccomp gate judges them. */
-	if (shunt_syscall(SYS_fstat, memfd, &st) < 0 || (size_t)st.st_size != size) {
-		r = -EPROTO;
+	r = shunt_memfd_map(memfd, shunt_directory_size(), PROT_READ, old, &p);
+	if (r < 0)
 		goto out;
-	}
-	d = (void *)shunt_syscall(SYS_mmap, old, size, PROT_READ,
-				  MAP_SHARED | (old ? MAP_FIXED : 0), memfd, 0L);
-	if (d == MAP_FAILED) {
-		r = -errno;
-		goto out;
-	}
+	d = p;
 	if (!old)
 		atomic_store(&dir, d);
 	if (d->magic != SHUNT_DIRECTORY_MAGIC || d->version != SHUNT_DIRECTORY_VERSION)

@@ -5,8 +5,8 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
+#include "common/memfd.h"
 #include "common/sys.h"
 #include "preload/journal.h"
 #include "preload/util.h"
@@ -33,22 +33,15 @@ static void drop_locked(void)
 int shunt_journal_install(int memfd, int kick)
 {
 	struct shunt_journal_hdr *j;
-	struct stat st;
-	int r = 0;
+	void *p;
+	int r;
 
 	pthread_mutex_lock(&lock);
 	drop_locked();
-	/* Raw calls, so that the seccomp gate judges them. */
-	if (shunt_syscall(SYS_fstat, memfd, &st) < 0 || (size_t)st.st_size != shunt_journal_size()) {
-		r = -EPROTO;
+	r = shunt_memfd_map(memfd, shunt_journal_size(), PROT_READ | PROT_WRITE, NULL, &p);
+	if (r < 0)
 		goto out;
-	}
-	j = (void *)shunt_syscall(SYS_mmap, NULL, shunt_journal_size(), PROT_READ | PROT_WRITE,
-				  MAP_SHARED, memfd, 0L);
-	if (j == MAP_FAILED) {
-		r = -errno;
-		goto out;
-	}
+	j = p;
 	if (j->magic != SHUNT_JOURNAL_MAGIC || j->version != SHUNT_JOURNAL_VERSION ||
 	    j->entries != SHUNT_JOURNAL_ENTRIES) {
 		shunt_syscall(SYS_munmap, j, shunt_journal_size());

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 
 #include "common/log.h"
+#include "common/memfd.h"
 #include "common/proto.h"
 #include "common/sys.h"
 #include "common/wake.h"
@@ -58,21 +58,6 @@ static struct shunt_plink *find(uint64_t partner)
 static unsigned drained_sides(const struct shunt_plink *l)
 {
 	return l->self ? 3u : 1u << l->side;
-}
-
-/* Map @memfd at @at (NULL: anywhere), after checking it is a link. */
-static struct shunt_link_hdr *map_link(int memfd, void *at)
-{
-	size_t size = shunt_link_size();
-	struct stat st;
-	void *p;
-
-	/* Raw calls, so that the seccomp gate judges them. */
-	if (shunt_syscall(SYS_fstat, memfd, &st) < 0 || (size_t)st.st_size != size)
-		return NULL;
-	p = (void *)shunt_syscall(SYS_mmap, at, size, PROT_READ | PROT_WRITE,
-				  MAP_SHARED | (at ? MAP_FIXED : 0), memfd, 0L);
-	return p == MAP_FAILED ? NULL : p;
 }
 
 /*
@@ -130,11 +115,14 @@ static struct shunt_plink *slot_locked(void)
 static int fill_locked(struct shunt_plink *l, uint64_t id, uint64_t partner, unsigned side,
 		       bool self, bool daemon, int fds[3])
 {
-	struct shunt_link_hdr *hdr = map_link(fds[0], l->hdr);
+	struct shunt_link_hdr *hdr;
+	void *p;
 	int e;
 
-	if (!hdr)
+	/* Any failure, mmap's too, says the same: this is not a link we can use. */
+	if (shunt_memfd_map(fds[0], shunt_link_size(), PROT_READ | PROT_WRITE, l->hdr, &p) < 0)
 		return -EPROTO;
+	hdr = p;
 	shunt_close_internal(fds[0]);
 	fds[0] = -1;
 	l->hdr = hdr;
