@@ -19,19 +19,18 @@ import os
 import pathlib
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from control_lib import HANG_S, SANITIZER, daemon_answers, fd_targets, wait_for
+
 HERE = pathlib.Path(__file__).resolve().parent
 PEER = HERE / "fault_peer.py"
 PYTHON = "/usr/bin/python3"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-HANG_S = 30  # a step that takes longer than this is hung
-SANITIZER = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
 class Proc:
@@ -117,40 +116,11 @@ class Proc:
         self.err.close()
 
 
-def daemon_answers(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def fd_targets(pid):
-    """What each descriptor of pid refers to."""
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            pass
-    return out
-
-
 def established():
     """The established TCP sockets of the host, as ss lists them with their processes."""
     out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True,
                          timeout=HANG_S).stdout
     return {" ".join(line.split()) for line in out.splitlines()}
-
-
-def wait_for(cond, what, timeout=HANG_S):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 class World:

@@ -48,11 +48,12 @@ import pathlib
 import re
 import select
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
+
+from control_lib import SANITIZER, daemon_answers, fd_targets, wait_for
 
 HANG_S = 60          # a step that takes longer than this is hung
 SETTLE_S = 20        # for things to come back to their baseline
@@ -83,7 +84,6 @@ RESTART_KEEPS = {
     "client": collections.Counter({"memfd:shunt-link": 1, "anon_inode:[eventfd]": 2}),
     "server": collections.Counter({"memfd:shunt-link": 1, "anon_inode:[eventfd]": 3}),
 }
-SANITIZER = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 pytestmark = pytest.mark.shunt
 
@@ -163,16 +163,6 @@ def fields(line):
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
 
 
-def fds(pid):
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            pass
-    return sorted(out)
-
-
 def memfd_maps(pid):
     """The memfd mappings of pid: one (name, inode) per mapping."""
     out = []
@@ -194,7 +184,7 @@ def pss_kib(pid):
 
 def footprint(pid):
     """What must come back: descriptors (by what they are) and memfd mappings."""
-    return {"fds": fds(pid), "memfd": memfd_maps(pid)}
+    return {"fds": fd_targets(pid), "memfd": memfd_maps(pid)}
 
 
 def kind(target):
@@ -215,24 +205,6 @@ def difference(before, after):
             say.append(f"{key}: {len(before[key])} -> {len(after[key])}, "
                        f"more {dict(a - b)}, fewer {dict(b - a)}")
     return "; ".join(say)
-
-
-def daemon_answers(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def wait_for(cond, what, timeout=HANG_S):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 class Storm:
@@ -262,7 +234,8 @@ class Storm:
                                  env=self.tools.plain_env(), start_new_session=True)
         d.log = log
         self.daemons.append(d)
-        wait_for(lambda: daemon_answers(self.socket) or d.poll() is not None, "shuntd to answer")
+        wait_for(lambda: daemon_answers(self.socket) or d.poll() is not None, "shuntd to answer",
+                 HANG_S)
         assert d.poll() is None, f"shuntd exited: {log.read_text()}"
         self.daemon = d
         return d
@@ -345,7 +318,8 @@ def test_storm_loses_nothing_and_leaks_nothing(storm, sanitized):
     storm.start_daemon()
     portfile = storm.dir / "port"
     server = storm.peer("server", "server", portfile)
-    wait_for(lambda: portfile.exists() and portfile.read_text().strip(), "the server to listen")
+    wait_for(lambda: portfile.exists() and portfile.read_text().strip(), "the server to listen",
+             HANG_S)
     client = storm.peer("client", "client", portfile.read_text().strip(), THREADS)
     client.expect("ready")
     peers = {"server": server, "client": client}
@@ -397,9 +371,10 @@ def test_storm_loses_nothing_and_leaks_nothing(storm, sanitized):
             f"server: {server.stderr()[-3000:]}\nclient: {client.stderr()[-3000:]}\n" \
             f"{storm.status()}"
     warm_up()
-    wait_for(lambda: not storm.status()["connections"], "the new shuntd to bury the circuits")
+    wait_for(lambda: not storm.status()["connections"], "the new shuntd to bury the circuits",
+             HANG_S)
     restarted = footprints()
-    d2_fds, d2_pss = fds(d2.pid), pss_kib(d2.pid)
+    d2_fds, d2_pss = fd_targets(d2.pid), pss_kib(d2.pid)
     circuits = storm.status()["totals"]["circuits_total"]
 
     # Second half: the listener closes and reopens once more.
@@ -416,15 +391,15 @@ def test_storm_loses_nothing_and_leaks_nothing(storm, sanitized):
     def settled():
         now = footprints()
         return (all(not difference(restarted[n], now[n]) for n in now)
-                and len(fds(d2.pid)) == len(d2_fds)
+                and len(fd_targets(d2.pid)) == len(d2_fds)
                 and (sanitized or pss_kib(d2.pid) <= d2_pss + SLACK_KIB))
     settle(settled)
     now = footprints()
     diffs = [f"the {n} holds more or less than before the second half: {diff}"
              for n in peers if (diff := difference(restarted[n], now[n]))]
     assert not diffs, "\n".join(diffs) + f"\nbefore {restarted}\nafter {now}\nshuntd " \
-        f"{fds(d2.pid)}\n{storm.status()}"
-    left = fds(d2.pid)
+        f"{fd_targets(d2.pid)}\n{storm.status()}"
+    left = fd_targets(d2.pid)
     before, after = counted(d2_fds), counted(left)
     assert len(left) == len(d2_fds), \
         f"shuntd holds {len(left)} descriptors, {len(d2_fds)} before the second half: " \
