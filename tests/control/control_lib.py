@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Helpers of the tests in tests/control that run a shuntd of their own and
 look at the processes around it (test_daemon_fault.py, test_storm.py,
-test_hostile.py): waiting with a deadline, whether a shuntd answers on its
+test_hostile.py): processes driven by lines on stdin whose stdout lines are
+read as they come, waiting with a deadline, whether a shuntd answers on its
 socket, what a process holds.
 
 A module rather than tests/control/conftest.py, for the reason
@@ -14,12 +15,97 @@ does not start with test_, so pytest does not collect it.
 """
 
 import os
+import pathlib
+import select
+import signal
 import socket
+import subprocess
 import time
 
 HANG_S = 30  # a step that takes longer than this is hung
 # What a sanitizer build writes to a process's stderr or shuntd's log.
 SANITIZER = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
+
+class LineProc:
+    """A process (in a session of its own) driven by lines on its stdin,
+    whose stdout lines we take as they come, its stderr in a file."""
+
+    def __init__(self, argv, env, stderr_path):
+        self.argv = [str(a) for a in argv]
+        self.stderr_path = pathlib.Path(stderr_path)
+        # stderr in a file: a pipe nobody reads could fill up and stall the program.
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=err, text=True,
+                                         start_new_session=True)
+        self.lines = []      # read and not taken yet, as parse() made them
+        self.history = []    # every line read, for messages
+        self._partial = b""
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def send(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def parse(self, raw):
+        """What one line of output (bytes, without its newline) becomes in
+        self.lines: its text, stripped."""
+        return raw.decode().strip()
+
+    def read_some(self, timeout):
+        """Wait up to timeout (>= 0) seconds for output and add the whole
+        lines that came to self.lines, read from the descriptor itself (a
+        buffered reader would hide lines select() cannot see). True when
+        something came, False when nothing did in time, None at EOF."""
+        fd = self.proc.stdout.fileno()
+        if not select.select([fd], [], [], timeout)[0]:
+            return False
+        data = os.read(fd, 65536)
+        if not data:
+            return None
+        self._partial += data
+        *done, self._partial = self._partial.split(b"\n")
+        for raw in done:
+            self.lines.append(self.parse(raw))
+            self.history.append(self.lines[-1])
+        return True
+
+    def read_until(self, deadline, what):
+        """read_some until the monotonic deadline; fail the test, naming
+        what we waited for, when the process says nothing by then or exits."""
+        left = deadline - time.monotonic()
+        got = self.read_some(left) if left > 0 else False
+        if got is False:
+            raise AssertionError(f"pid {self.pid}: hung waiting for {what}; "
+                                 f"lines {self.history[-20:]}\nstderr: {self.stderr()[-3000:]}")
+        if got is None:
+            raise AssertionError(f"pid {self.pid} exited ({self.proc.poll()}) waiting for {what};"
+                                 f" lines {self.history[-20:]}\nstderr: {self.stderr()[-3000:]}")
+
+    def stderr(self):
+        return self.stderr_path.read_text(errors="replace")
+
+    def kill(self):
+        """SIGKILL the process's session, if it still runs, and reap it."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+    def stop(self):
+        """kill(), and close our ends of its pipes."""
+        self.kill()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
 
 
 def wait_for(cond, what, timeout=HANG_S):

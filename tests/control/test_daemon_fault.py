@@ -17,7 +17,6 @@ daemon is started behind our back). Timeouts only detect hangs.
 import json
 import os
 import pathlib
-import select
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import time
 
 import pytest
 
-from control_lib import HANG_S, SANITIZER, daemon_answers, fd_targets, wait_for
+from control_lib import HANG_S, SANITIZER, LineProc, daemon_answers, fd_targets, wait_for
 
 HERE = pathlib.Path(__file__).resolve().parent
 PEER = HERE / "fault_peer.py"
@@ -33,44 +32,8 @@ PYTHON = "/usr/bin/python3"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-class Proc:
+class Proc(LineProc):
     """A process whose stdout lines we can wait for and whose stdin we drive."""
-
-    def __init__(self, argv, env, stderr_path):
-        self.stderr_path = stderr_path
-        self.err = open(stderr_path, "wb")
-        self.proc = subprocess.Popen([str(a) for a in argv], env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.err, text=True,
-                                     bufsize=1, start_new_session=True)
-        self.lines = []
-        self.history = []
-        self.partial = b""
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def send(self, line):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def _read_line(self, deadline, what):
-        """Take the lines that are there (from the descriptor itself: a
-        buffered reader would hide lines select() cannot see)."""
-        left = deadline - time.monotonic()
-        fd = self.proc.stdout.fileno()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise AssertionError(f"pid {self.pid}: hung waiting for {what}; "
-                                 f"lines {self.history[-20:]}\nstderr: {self.stderr()[-3000:]}")
-        data = os.read(fd, 65536)
-        if not data:
-            raise AssertionError(f"pid {self.pid} exited ({self.proc.poll()}) waiting for {what};"
-                                 f" lines {self.history[-20:]}\nstderr: {self.stderr()[-3000:]}")
-        self.partial += data
-        *done, self.partial = self.partial.split(b"\n")
-        for line in done:
-            self.lines.append(line.decode().strip())
-            self.history.append(self.lines[-1])
 
     def expect(self, prefix, timeout=HANG_S):
         """The first line not yet taken that starts with prefix (taken now)."""
@@ -81,7 +44,7 @@ class Proc:
                 if self.lines[i].startswith(prefix):
                     return self.lines.pop(i)
             seen = len(self.lines)
-            self._read_line(deadline, repr(prefix))
+            self.read_until(deadline, repr(prefix))
 
     def reports(self, names, timeout=HANG_S):
         """name -> {sent, recv, eof, err} for each connection in names."""
@@ -91,29 +54,11 @@ class Proc:
             out[name] = dict(w.split("=", 1) for w in words)
         return out
 
-    def stderr(self):
-        self.err.flush()
-        return pathlib.Path(self.stderr_path).read_text(errors="replace")
-
     def cpu_ticks(self):
         """utime + stime of every thread of the process."""
         with open(f"/proc/{self.pid}/stat", encoding="ascii") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return int(fields[11]) + int(fields[12])
-
-    def stop(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-        self.err.close()
 
 
 def established():

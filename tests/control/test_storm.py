@@ -44,16 +44,14 @@ own, so it runs as any user.
 import collections
 import json
 import os
-import pathlib
 import re
-import select
 import signal
 import subprocess
 import time
 
 import pytest
 
-from control_lib import SANITIZER, daemon_answers, fd_targets, wait_for
+from control_lib import SANITIZER, LineProc, daemon_answers, fd_targets, wait_for
 
 HANG_S = 60          # a step that takes longer than this is hung
 SETTLE_S = 20        # for things to come back to their baseline
@@ -88,48 +86,15 @@ RESTART_KEEPS = {
 pytestmark = pytest.mark.shunt
 
 
-class Peer:
+class Peer(LineProc):
     """A storm process under `shunt run`, driven by lines on stdin."""
 
-    def __init__(self, argv, env, stderr_path):
-        self.stderr_path = stderr_path
-        with open(stderr_path, "wb") as err:
-            self.proc = subprocess.Popen([str(a) for a in argv], env=env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, text=True,
-                                         start_new_session=True)
-        self.history = []
-        self.lines = []
-        self.partial = b""
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def send(self, line):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
     def line(self, what, timeout=HANG_S):
-        """The next line, read from the descriptor itself (a buffered reader
-        would hide lines from select)."""
+        """The next line; one that says error or bad fails the test."""
         deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
         while not self.lines:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise AssertionError(f"pid {self.pid}: hung waiting for {what}; "
-                                     f"lines {self.history[-20:]}\n"
-                                     f"stderr: {self.stderr()[-3000:]}")
-            data = os.read(fd, 65536)
-            if not data:
-                raise AssertionError(f"pid {self.pid} exited ({self.proc.poll()}) waiting for "
-                                     f"{what}; lines {self.history[-20:]}\n"
-                                     f"stderr: {self.stderr()[-3000:]}")
-            self.partial += data
-            *done, self.partial = self.partial.split(b"\n")
-            self.lines += [x.decode().strip() for x in done]
+            self.read_until(deadline, what)
         text = self.lines.pop(0)
-        self.history.append(text)
         assert not text.startswith(("error", "bad ")), \
             f"pid {self.pid}: {text.strip()}\nlines {self.history[-20:]}\n" \
             f"stderr: {self.stderr()[-3000:]}"
@@ -140,22 +105,6 @@ class Peer:
             text = self.line(repr(prefix))
             if text.startswith(prefix):
                 return text
-
-    def stderr(self):
-        return pathlib.Path(self.stderr_path).read_text(errors="replace")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
 
 
 def fields(line):
