@@ -2,8 +2,9 @@
 """Helpers of the tests in tests/control that run a shuntd of their own and
 look at the processes around it (test_daemon_fault.py, test_storm.py,
 test_hostile.py): processes driven by lines on stdin whose stdout lines are
-read as they come, waiting with a deadline, whether a shuntd answers on its
-socket, what a process holds.
+read as they come, a shuntd that a test kills and starts again, waiting
+with a deadline, whether a shuntd answers on its socket, what a process
+holds.
 
 A module rather than tests/control/conftest.py, for the reason
 tests/apps/apps_lib.py gives (a second conftest module would shadow
@@ -14,6 +15,7 @@ test_slow_shuntd.py's `from test_channels import spawn_shuntd`. Its name
 does not start with test_, so pytest does not collect it.
 """
 
+import json
 import os
 import pathlib
 import select
@@ -106,6 +108,74 @@ class LineProc:
                 f.close()
             except OSError:
                 pass
+
+
+class ShuntdWorld:
+    """A shuntd of the test's own, which the test may kill (SIGKILL) and
+    start again on the same socket, and the processes the test starts to
+    use it (self.procs, LineProcs); close() stops them all."""
+
+    def __init__(self, shunt, build_dir, directory, tools, daemon_argv, hang_s=HANG_S):
+        """daemon_argv: the command that starts a shuntd, without --socket
+        and --log; hang_s: how long a start or `shunt status` may take."""
+        self.shunt, self.build_dir, self.dir, self.tools = shunt, build_dir, directory, tools
+        self.socket = str(directory / "shuntd.sock")
+        self.daemon_argv = [str(a) for a in daemon_argv]
+        self.hang_s = hang_s
+        self.daemon = None      # the one that runs, if any
+        self.daemons = []       # every one started, each with its .log
+        self.procs = []
+
+    def env(self, stats=None):
+        return shuntd_env(self.tools, self.socket, stats)
+
+    def start_daemon(self):
+        """Start a shuntd (its log: shuntd.N.log in our directory) and wait
+        until it answers on the socket; its Popen, now self.daemon."""
+        log = self.dir / f"shuntd.{len(self.daemons)}.log"
+        with open(log, "wb") as f:
+            d = subprocess.Popen(self.daemon_argv + ["--socket", self.socket, "--log", "info"],
+                                 stdin=subprocess.DEVNULL, stdout=f, stderr=f,
+                                 env=self.tools.plain_env(), start_new_session=True)
+        d.log = log
+        self.daemons.append(d)
+        wait_for(lambda: daemon_answers(self.socket) or d.poll() is not None, "shuntd to answer",
+                 self.hang_s)
+        assert d.poll() is None, f"shuntd exited: {log.read_text()}"
+        self.daemon = d
+        return d
+
+    def kill_daemon(self):
+        """SIGKILL the shuntd that runs, as a crash would end it."""
+        os.kill(self.daemon.pid, signal.SIGKILL)
+        self.daemon.wait()
+        self.daemon = None
+
+    def status(self):
+        """`shunt status --json` of our shuntd, parsed."""
+        out = subprocess.run([str(self.shunt), "status", "--json"], env=self.env(),
+                             capture_output=True, text=True, timeout=self.hang_s)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def close(self):
+        for p in self.procs:
+            p.stop()
+        for d in self.daemons:
+            if d.poll() is None:
+                d.kill()
+                d.wait()
+
+
+def shuntd_env(tools, sock, stats=None):
+    """The environment of a process that uses the shuntd at socket sock:
+    ours without shunt settings (tools.plain_env), SHUNT_SOCKET, and
+    SHUNT_STATS when a stats file is given."""
+    env = tools.plain_env()
+    env["SHUNT_SOCKET"] = sock
+    if stats:
+        env["SHUNT_STATS"] = str(stats)
+    return env
 
 
 def wait_for(cond, what, timeout=HANG_S):

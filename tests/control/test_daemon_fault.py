@@ -24,7 +24,8 @@ import time
 
 import pytest
 
-from control_lib import HANG_S, SANITIZER, LineProc, daemon_answers, fd_targets, wait_for
+from control_lib import (HANG_S, SANITIZER, LineProc, ShuntdWorld, daemon_answers, fd_targets,
+                         wait_for)
 
 HERE = pathlib.Path(__file__).resolve().parent
 PEER = HERE / "fault_peer.py"
@@ -68,43 +69,18 @@ def established():
     return {" ".join(line.split()) for line in out.splitlines()}
 
 
-class World:
+class World(ShuntdWorld):
     """shuntd (restartable), the fault_peer server and client, and their files."""
 
     def __init__(self, shunt, build_dir, directory, tools):
-        self.shunt, self.build_dir, self.dir, self.tools = shunt, build_dir, directory, tools
-        self.socket = str(directory / "shuntd.sock")
-        self.daemon = None
-        self.daemons = []
-        self.procs = []
+        # `shunt daemon` execs shuntd: the pid we kill is the daemon's.
+        super().__init__(shunt, build_dir, directory, tools, [shunt, "daemon"])
         self.runs = 0
 
     def env(self, stats=None):
-        env = self.tools.plain_env()
-        env["SHUNT_SOCKET"] = self.socket
+        env = super().env(stats)
         env["SHUNT_LOG"] = "info"
-        if stats:
-            env["SHUNT_STATS"] = str(stats)
         return env
-
-    def start_daemon(self):
-        n = len(self.daemons)
-        log = open(self.dir / f"shuntd.{n}.log", "wb")
-        d = subprocess.Popen([str(self.shunt), "daemon", "--socket", self.socket, "--log", "info"],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                             env=self.tools.plain_env(), start_new_session=True)
-        log.close()
-        d.log = self.dir / f"shuntd.{n}.log"
-        self.daemons.append(d)
-        wait_for(lambda: daemon_answers(self.socket) or d.poll() is not None, "shuntd to answer")
-        assert d.poll() is None, f"shuntd exited: {d.log.read_text()}"
-        self.daemon = d
-        return d
-
-    def kill_daemon(self):
-        os.kill(self.daemon.pid, signal.SIGKILL)
-        self.daemon.wait()
-        self.daemon = None
 
     def peer(self, role, arg, name):
         stats = self.dir / f"{name}.stats.jsonl"
@@ -113,12 +89,6 @@ class World:
         p.stats = stats
         self.procs.append(p)
         return p
-
-    def status(self):
-        out = subprocess.run([str(self.shunt), "status", "--json"], env=self.env(),
-                             capture_output=True, text=True, timeout=HANG_S)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
 
     def run_pair(self, tag):
         """A fresh tests/integration/peer server and client under shunt run
@@ -139,14 +109,6 @@ class World:
         assert server.proc.wait(timeout=HANG_S) == 0, server.stderr()
         assert "error" not in " ".join(server.lines)
         return self.tools.read_stats(stats)[1]
-
-    def close(self):
-        for p in self.procs:
-            p.stop()
-        for d in self.daemons:
-            if d.poll() is None:
-                d.kill()
-                d.wait()
 
 
 @pytest.fixture(scope="module")

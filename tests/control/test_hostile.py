@@ -27,6 +27,7 @@ import types
 import pytest
 
 from conftest import session_processes
+from control_lib import shuntd_env
 
 # Every call of the victim waits at most this long for the peer (SO_RCVTIMEO,
 # SO_SNDTIMEO, poll and epoll timeouts); it runs its calls for BUDGET_MS, while
@@ -543,11 +544,7 @@ class Daemon:
         return self.proc.pid
 
     def env(self, stats=None):
-        env = self.tools.plain_env()
-        env["SHUNT_SOCKET"] = self.socket
-        if stats:
-            env["SHUNT_STATS"] = str(stats)
-        return env
+        return shuntd_env(self.tools, self.socket, stats)
 
     def log_text(self):
         return self.log.read_text(errors="replace")

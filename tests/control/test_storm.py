@@ -42,16 +42,14 @@ own, so it runs as any user.
 """
 
 import collections
-import json
 import os
 import re
 import signal
-import subprocess
 import time
 
 import pytest
 
-from control_lib import SANITIZER, LineProc, daemon_answers, fd_targets, wait_for
+from control_lib import SANITIZER, LineProc, ShuntdWorld, fd_targets, wait_for
 
 HANG_S = 60          # a step that takes longer than this is hung
 SETTLE_S = 20        # for things to come back to their baseline
@@ -156,43 +154,12 @@ def difference(before, after):
     return "; ".join(say)
 
 
-class Storm:
+class Storm(ShuntdWorld):
     """shuntd (restartable), the storm server and client, their files."""
 
-    def __init__(self, build_dir, shunt, directory, tools):
-        self.build_dir, self.shunt, self.dir, self.tools = build_dir, shunt, directory, tools
-        self.socket = str(directory / "shuntd.sock")
-        self.daemons = []
-        self.daemon = None
-        self.peers = []
-
-    def env(self, stats=None):
-        env = self.tools.plain_env()
-        env["SHUNT_SOCKET"] = self.socket
-        if stats:
-            env["SHUNT_STATS"] = str(stats)
-        return env
-
-    def start_daemon(self):
-        n = len(self.daemons)
-        log = self.dir / f"shuntd.{n}.log"
-        with open(log, "wb") as f:
-            d = subprocess.Popen([str(self.build_dir / "src" / "daemon" / "shuntd"),
-                                  "--socket", self.socket, "--log", "info"],
-                                 stdin=subprocess.DEVNULL, stdout=f, stderr=f,
-                                 env=self.tools.plain_env(), start_new_session=True)
-        d.log = log
-        self.daemons.append(d)
-        wait_for(lambda: daemon_answers(self.socket) or d.poll() is not None, "shuntd to answer",
-                 HANG_S)
-        assert d.poll() is None, f"shuntd exited: {log.read_text()}"
-        self.daemon = d
-        return d
-
-    def kill_daemon(self):
-        os.kill(self.daemon.pid, signal.SIGKILL)
-        self.daemon.wait()
-        self.daemon = None
+    def __init__(self, shunt, build_dir, directory, tools):
+        super().__init__(shunt, build_dir, directory, tools,
+                         [build_dir / "src" / "daemon" / "shuntd"], hang_s=HANG_S)
 
     def peer(self, name, *args):
         stats = self.dir / f"{name}.stats.jsonl"
@@ -200,27 +167,13 @@ class Storm:
                   self.build_dir / "tests" / "control" / "storm", *args],
                  self.env(stats), self.dir / f"{name}.stderr")
         p.stats = stats
-        self.peers.append(p)
+        self.procs.append(p)
         return p
-
-    def status(self):
-        out = subprocess.run([str(self.shunt), "status", "--json"], env=self.env(),
-                             capture_output=True, text=True, timeout=HANG_S)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-    def close(self):
-        for p in self.peers:
-            p.stop()
-        for d in self.daemons:
-            if d.poll() is None:
-                d.kill()
-                d.wait()
 
 
 @pytest.fixture
 def storm(build_dir, shunt_cli, tools, tmp_path):
-    s = Storm(build_dir, shunt_cli(), tmp_path, tools)
+    s = Storm(shunt_cli(), build_dir, tmp_path, tools)
     yield s
     s.close()
 
