@@ -4,7 +4,7 @@ look at the processes around it (test_daemon_fault.py, test_storm.py,
 test_hostile.py): processes driven by lines on stdin whose stdout lines are
 read as they come, a shuntd that a test kills and starts again, waiting
 with a deadline, whether a shuntd answers on its socket, what a process
-holds.
+holds, whether an idle process spins.
 
 A module rather than tests/control/conftest.py, for the reason
 tests/apps/apps_lib.py gives (a second conftest module would shadow
@@ -25,6 +25,7 @@ import subprocess
 import time
 
 HANG_S = 30  # a step that takes longer than this is hung
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 # What a sanitizer build writes to a process's stderr or shuntd's log.
 SANITIZER = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
@@ -209,3 +210,23 @@ def fd_targets(pid):
         except OSError:
             pass
     return sorted(out)
+
+
+def cpu_ticks(pid):
+    """utime + stime of every thread of pid, in ticks of 1/CLK_TCK s."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def check_idle(pids, what, seconds, most):
+    """The processes pids ({name: pid}) have nothing left to do: fail the
+    test when one uses more than most ticks of CPU in the next seconds (a
+    spin would use all of them). The ticks each used, by name."""
+    before = {name: cpu_ticks(pid) for name, pid in pids.items()}
+    time.sleep(seconds)
+    used = {name: cpu_ticks(pid) - before[name] for name, pid in pids.items()}
+    print(f"idle CPU of {what}: {used} ticks of 1/{CLK_TCK} s in {seconds} s")
+    assert all(u <= most for u in used.values()), \
+        f"{what}: {used} ticks of 1/{CLK_TCK} s used in {seconds} s of idleness: spinning"
+    return used

@@ -27,7 +27,7 @@ import types
 import pytest
 
 from conftest import session_processes
-from control_lib import shuntd_env
+from control_lib import check_idle, shuntd_env
 
 # Every call of the victim waits at most this long for the peer (SO_RCVTIMEO,
 # SO_SNDTIMEO, poll and epoll timeouts); it runs its calls for BUDGET_MS, while
@@ -461,7 +461,6 @@ HONEST_MS = 700
 HONEST_HANG_MS = 3000
 # Ticks of CPU (1/CLK_TCK s) a process may use in IDLE_S once nothing is
 # left to do: a spin would use all of them.
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 IDLE_S = 1.0
 IDLE_TICKS = 10
 AF_INET = 2
@@ -504,13 +503,6 @@ CHAN_MODES = [
         "honest count, which it steals")),
     ("chan-v6-peer", "block"), ("chan-kernel-bit", "nonblock"),
 ]
-
-
-def cpu_ticks(pid):
-    """utime + stime of every thread of @pid."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def vm_rss_kib(pid):
@@ -682,15 +674,6 @@ def check_nothing_left(daemon, shunt):
     assert not conns, f"{len(conns)} connections left at shuntd once all ended: {conns[:3]}"
 
 
-def check_idle(pids, what):
-    """Nothing left to do: no process of @pids may spin."""
-    before = {p: cpu_ticks(p) for p in pids}
-    time.sleep(IDLE_S)
-    used = {p: cpu_ticks(p) - before[p] for p in pids}
-    assert all(u <= IDLE_TICKS for u in used.values()), \
-        f"{what}: {used} ticks of 1/{CLK_TCK} s used in {IDLE_S} s of idleness (by pid)"
-
-
 @pytest.mark.shunt
 @pytest.mark.parametrize("mode,accept", CHAN_MODES)
 def test_garbage_in_the_channel(world, mode, accept):
@@ -719,7 +702,8 @@ def test_garbage_in_the_channel(world, mode, accept):
     herr = hostile.stderr()
     assert "runtime error" not in herr, f"UBSan in the hostile's libshunt:\n{herr[-4000:]}"
     served_all(echod)
-    check_idle([echod.pid, world.daemon.pid], "the victim and shuntd")
+    check_idle({"echod": echod.pid, "shuntd": world.daemon.pid}, "the victim and shuntd",
+               seconds=IDLE_S, most=IDLE_TICKS)
     # The listener is as good as new.
     after = world.run("honest", port, 2, 300, 1)
     after = honest_results(after, timeout=0.3 + HONEST_HANG_MS / 1000 + 5)
