@@ -18,7 +18,6 @@ eventfds it shares with shuntd. Each such test runs a shuntd of its own."""
 import json
 import os
 import pathlib
-import select
 import signal
 import subprocess
 import time
@@ -27,7 +26,7 @@ import types
 import pytest
 
 from conftest import session_processes
-from control_lib import check_idle, shuntd_env
+from control_lib import LineProc, check_idle, shuntd_env
 
 # Every call of the victim waits at most this long for the peer (SO_RCVTIMEO,
 # SO_SNDTIMEO, poll and epoll timeouts); it runs its calls for BUDGET_MS, while
@@ -50,38 +49,14 @@ GARBAGE_MODES = ["indices", "own-index", "header", "state", "opts", "lock-dead",
                  "lock-self", "random", "spam"]
 
 
-class Proc:
+class Proc(LineProc):
     """A helper process under `shunt run` whose JSON lines we read as they come."""
 
-    def __init__(self, argv, env, errfile):
-        self.argv = [str(a) for a in argv]
-        # stderr in a file: a pipe nobody reads could fill up and stall the program.
-        self.errfile = pathlib.Path(errfile)
-        with open(self.errfile, "wb") as err:
-            self.proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err,
-                                         start_new_session=True)
-        self.lines = []
-        self._buf = b""
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def _read_some(self, timeout):
-        if not select.select([self.proc.stdout], [], [], timeout)[0]:
-            return False
-        chunk = os.read(self.proc.stdout.fileno(), 65536)
-        if not chunk:
-            return None
-        self._buf += chunk
-        *done, self._buf = self._buf.split(b"\n")
-        for line in done:
-            try:
-                self.lines.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise AssertionError(f"{self.argv[-5:]}: not JSON: {line!r}") from None
-        return True
+    def parse(self, raw):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            raise AssertionError(f"{self.argv[-5:]}: not JSON: {raw!r}") from None
 
     def expect(self, event, timeout=10):
         """Wait for the line {"event": event}; return it."""
@@ -93,7 +68,7 @@ class Proc:
                 if line.get("event") == "error":
                     raise AssertionError(f"{self.describe()}")
             left = deadline - time.monotonic()
-            got = self._read_some(max(left, 0))
+            got = self.read_some(max(left, 0))
             if got is None or (got is False and left <= 0):
                 raise AssertionError(f"no {event!r} within {timeout}s "
                                      f"({'exited' if got is None else 'timed out'}):\n"
@@ -102,28 +77,15 @@ class Proc:
     def finish(self, timeout):
         """Read to EOF and reap; the process is killed if it takes longer. Returns rc."""
         deadline = time.monotonic() + timeout
-        while self._read_some(max(deadline - time.monotonic(), 0)):
+        while self.read_some(max(deadline - time.monotonic(), 0)):
             pass
         if self.proc.poll() is None:
             self.kill()
         return self.proc.wait()
 
-    def kill(self):
-        if self.proc.poll() is None:
-            os.killpg(self.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stderr(self):
-        return self.errfile.read_text(errors="replace")
-
     def describe(self):
         return (f"$ {' '.join(self.argv)}\nrc {self.proc.poll()}\nlast lines: "
                 f"{self.lines[-12:]}\nstderr: {self.stderr()[-3000:]}")
-
-    def close(self):
-        self.kill()
-        for f in (self.proc.stdin, self.proc.stdout):
-            f.close()
 
 
 @pytest.fixture
@@ -160,7 +122,7 @@ def pair(build_dir, shunt_cli, shunt_session, tmp_path):
 
     yield start
     for p in started:
-        p.close()
+        p.stop()
 
 
 def calls(victim):
@@ -228,8 +190,7 @@ def run_mode(pair, mode, hostile_listens=False, started=None, linger=0.2):
     else:
         hrc = hostile.proc.poll()  # the others keep up their lies until killed
     # Phase 2's calls have no timeout, in effect: the hostile's end must end them.
-    victim.proc.stdin.write(b"go\n")
-    victim.proc.stdin.flush()
+    victim.send("go")
     time.sleep(linger)
     hostile.kill()
     hostile.finish(timeout=10)
@@ -599,7 +560,7 @@ def world(build_dir, shunt_cli, tools, tmp_path):
     w = types.SimpleNamespace(daemon=daemon, shunt=shunt, run=run)
     yield w
     for p in started:
-        p.close()
+        p.stop()
     daemon.stop()
 
 
@@ -619,13 +580,12 @@ def check_honest(result, who):
 
 
 def echod_stats(echod):
-    echod.proc.stdin.write(b"stats\n")
-    echod.proc.stdin.flush()
+    echod.send("stats")
     n = len([line for line in echod.lines if line.get("event") == "stats"])
     deadline = time.monotonic() + 10
     while len([line for line in echod.lines if line.get("event") == "stats"]) == n:
         left = deadline - time.monotonic()
-        assert left > 0 and echod._read_some(left) is not None, \
+        assert left > 0 and echod.read_some(left) is not None, \
             f"echod did not answer:\n{echod.describe()}"
     return [line for line in echod.lines if line.get("event") == "stats"][-1]
 
@@ -695,8 +655,7 @@ def test_garbage_in_the_channel(world, mode, accept):
     check_honest(during, "while the hostile lied")
     # The lie that would leave the victim stuck or spinning, told when no
     # honest client runs; then the hostile goes.
-    hostile.proc.stdin.write(b"last\n")
-    hostile.proc.stdin.flush()
+    hostile.send("last")
     hostile.expect("last")
     hostile.kill()
     herr = hostile.stderr()
@@ -729,12 +688,11 @@ RSS_SLACK_KIB = 1024
 def echo_held(held):
     """One more echo on the held connection; it must come back whole."""
     n = len([line for line in held.lines if line.get("event") == "conn"])
-    held.proc.stdin.write(b"ping\n")
-    held.proc.stdin.flush()
+    held.send("ping")
     deadline = time.monotonic() + HONEST_HANG_MS / 1000 + 5
     while len([line for line in held.lines if line.get("event") == "conn"]) == n:
         left = deadline - time.monotonic()
-        assert left > 0 and held._read_some(left) is not None, held.describe()
+        assert left > 0 and held.read_some(left) is not None, held.describe()
     last = [line for line in held.lines if line.get("event") == "conn"][-1]
     assert last["ok"], f"the held connection broke: {last}"
 
