@@ -26,7 +26,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,6 +37,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "t_event.h"
 #include "t_honest.h"
 #include "t_ink.h"
 #include "t_loopback.h"
@@ -47,7 +47,6 @@ enum {
 	BACKLOG = 128,
 };
 
-static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic long accepted, eagain, failed;
 static _Atomic long max_accept_us;	/* the longest accept() call */
 static _Atomic long kinds[4], served, twice;
@@ -55,23 +54,9 @@ static _Atomic long kinds[4], served, twice;
 static _Atomic uint8_t seen[4][1 << 17];
 static const char *const kind_name[4] = { "honest", "ink", "empty", "bad" };
 
-static void event(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void event(const char *fmt, ...)
-{
-	va_list ap;
-
-	pthread_mutex_lock(&out_lock);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	fflush(stdout);
-	pthread_mutex_unlock(&out_lock);
-}
-
 static _Noreturn void die(const char *what)
 {
-	event("{\"event\": \"error\", \"what\": \"%s\", \"errno\": %d}", what, errno);
+	t_event("{\"event\": \"error\", \"what\": \"%s\", \"errno\": %d}", what, errno);
 	exit(2);
 }
 
@@ -129,7 +114,6 @@ static void *serve(void *arg)
 {
 	struct conn *c = arg;
 	static _Thread_local uint8_t buf[T_HONEST_HDR + T_HONEST_MAX + 1];
-	struct timeval tv = { IO_TIMEOUT_S, 0 };
 	struct t_honest_hdr h;
 	const struct sockaddr_in *sin = (const struct sockaddr_in *)&c->peer;
 	char peer[INET6_ADDRSTRLEN + 8] = "?";
@@ -139,8 +123,7 @@ static void *serve(void *arg)
 
 	if (c->peer.ss_family == AF_INET)
 		snprintf(peer, sizeof(peer), "%s:%u", inet_ntoa(sin->sin_addr), ntohs(sin->sin_port));
-	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	t_loopback_timeouts(c->fd, IO_TIMEOUT_S);
 	got = read_full(c->fd, buf, T_HONEST_HDR);
 	err = got < T_HONEST_HDR ? errno : 0;
 	memcpy(&h, buf, sizeof(h));
@@ -191,13 +174,14 @@ static void *serve(void *arg)
 	}
 	if (kind != 0 || c->peer.ss_family != AF_INET || c->peer_len != sizeof(struct sockaddr_in) ||
 	    c->local.ss_family != AF_INET || c->local_len != sizeof(struct sockaddr_in))
-		event("{\"event\": \"conn\", \"kind\": \"%s\", \"bytes\": %zu, \"err\": %d, "
-		      "\"echoed\": %s, \"client\": %d, \"seq\": %d, \"family\": %d, "
-		      "\"addrlen\": %u, \"local_family\": %d, \"local_len\": %u, \"peer\": \"%s\"}",
-		      kind_name[kind], got + more, err, echoed ? "true" : "false",
-		      kind == 0 ? (int)h.client : -1, kind == 0 ? (int)h.seq : -1,
-		      (int)c->peer.ss_family, (unsigned)c->peer_len, (int)c->local.ss_family,
-		      (unsigned)c->local_len, peer);
+		t_event("{\"event\": \"conn\", \"kind\": \"%s\", \"bytes\": %zu, \"err\": %d, "
+		        "\"echoed\": %s, \"client\": %d, \"seq\": %d, \"family\": %d, "
+		        "\"addrlen\": %u, \"local_family\": %d, \"local_len\": %u, "
+		        "\"peer\": \"%s\"}",
+		        kind_name[kind], got + more, err, echoed ? "true" : "false",
+		        kind == 0 ? (int)h.client : -1, kind == 0 ? (int)h.seq : -1,
+		        (int)c->peer.ss_family, (unsigned)c->peer_len, (int)c->local.ss_family,
+		        (unsigned)c->local_len, peer);
 	close(c->fd);
 	free(c);
 	served++;
@@ -254,7 +238,7 @@ static bool accept_one(int lfd)
 		return false;
 	}
 	failed++;
-	event("{\"event\": \"accept_error\", \"errno\": %d}", errno);
+	t_event("{\"event\": \"accept_error\", \"errno\": %d}", errno);
 	/* What a server does on EMFILE and its like: go on after a breath. */
 	usleep(1000);
 	return errno != EINTR && errno != ECONNABORTED ? false : true;
@@ -266,17 +250,17 @@ static void *stats(void *arg)
 
 	(void)arg;
 	while (fgets(line, sizeof(line), stdin))
-		event("{\"event\": \"stats\", \"accepted\": %ld, \"served\": %ld, \"eagain\": %ld, "
-		      "\"failed\": %ld, \"honest\": %ld, \"ink\": %ld, \"empty\": %ld, \"bad\": %ld, "
-		      "\"twice\": %ld, \"max_accept_ms\": %.1f}",
-		      accepted, served, eagain, failed, kinds[0], kinds[1], kinds[2], kinds[3], twice,
-		      max_accept_us / 1e3);
+		t_event("{\"event\": \"stats\", \"accepted\": %ld, \"served\": %ld, "
+		        "\"eagain\": %ld, \"failed\": %ld, \"honest\": %ld, \"ink\": %ld, "
+		        "\"empty\": %ld, \"bad\": %ld, \"twice\": %ld, \"max_accept_ms\": %.1f}",
+		        accepted, served, eagain, failed, kinds[0], kinds[1], kinds[2], kinds[3],
+		        twice, max_accept_us / 1e3);
 	return NULL;
 }
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
+	struct sockaddr_in a = t_loopback_addr(0);
 	socklen_t len = sizeof(a);
 	pthread_t th;
 	bool nonblock;
@@ -287,15 +271,14 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	nonblock = !strcmp(argv[1], "nonblock");
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	lfd = socket(AF_INET, SOCK_STREAM | (nonblock ? SOCK_NONBLOCK : 0), 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, BACKLOG) < 0 ||
 	    getsockname(lfd, (struct sockaddr *)&a, &len) < 0)
 		die("listen");
 	if (pthread_create(&th, NULL, stats, NULL))
 		die("pthread_create");
-	event("{\"event\": \"listening\", \"port\": %d, \"pid\": %d}", ntohs(a.sin_port),
-	      (int)getpid());
+	t_event("{\"event\": \"listening\", \"port\": %d, \"pid\": %d}", ntohs(a.sin_port),
+	        (int)getpid());
 	for (;;) {
 		if (nonblock) {
 			struct pollfd p = { lfd, POLLIN, 0 };

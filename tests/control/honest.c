@@ -19,7 +19,6 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -31,32 +30,19 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "t_event.h"
 #include "t_honest.h"
+#include "t_loopback.h"
 
 enum {
 	HANG_S = 3,
 };
 
-static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static int port;
 static uint32_t client_id;
 static double budget_ms;
 static _Atomic uint32_t next_seq, good;
 static _Atomic uint64_t max_us;
-
-static void event(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void event(const char *fmt, ...)
-{
-	va_list ap;
-
-	pthread_mutex_lock(&out_lock);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	fflush(stdout);
-	pthread_mutex_unlock(&out_lock);
-}
 
 static double now_ms(void)
 {
@@ -68,15 +54,12 @@ static double now_ms(void)
 
 static int connect_to(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	struct timeval tv = { HANG_S, 0 };
+	struct sockaddr_in a = t_loopback_addr(port);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (fd < 0)
 		return -1;
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0 ||
+	if (t_loopback_timeouts(fd, HANG_S) < 0 ||
 	    connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		int e = errno;
 
@@ -147,8 +130,8 @@ static void *loop(void *arg)
 		if (!why)
 			good++;
 		else
-			event("{\"event\": \"conn\", \"seq\": %u, \"ok\": false, \"ms\": %.1f, "
-			      "\"why\": \"%s\", \"errno\": %d}", seq, ms, why, err);
+			t_event("{\"event\": \"conn\", \"seq\": %u, \"ok\": false, \"ms\": %.1f, "
+			        "\"why\": \"%s\", \"errno\": %d}", seq, ms, why, err);
 	}
 	return NULL;
 }
@@ -159,21 +142,21 @@ static int hold(void)
 	int fd = connect_to();
 
 	if (fd < 0) {
-		event("{\"event\": \"error\", \"what\": \"connect\", \"errno\": %d}", errno);
+		t_event("{\"event\": \"error\", \"what\": \"connect\", \"errno\": %d}", errno);
 		return 2;
 	}
-	event("{\"event\": \"connected\"}");
+	t_event("{\"event\": \"connected\"}");
 	while (fgets(line, sizeof(line), stdin)) {
 		uint32_t seq = next_seq++;
 		double t0 = now_ms();
 		const char *why = exchange(fd, seq, 1 + seq % 4000);
 
-		event("{\"event\": \"conn\", \"seq\": %u, \"ok\": %s, \"ms\": %.1f, \"why\": \"%s\", "
-		      "\"errno\": %d}", seq, why ? "false" : "true", now_ms() - t0, why ? why : "",
-		      why ? errno : 0);
+		t_event("{\"event\": \"conn\", \"seq\": %u, \"ok\": %s, \"ms\": %.1f, "
+		        "\"why\": \"%s\", \"errno\": %d}", seq, why ? "false" : "true",
+		        now_ms() - t0, why ? why : "", why ? errno : 0);
 	}
 	close(fd);
-	event("{\"event\": \"done\"}");
+	t_event("{\"event\": \"done\"}");
 	return 0;
 }
 
@@ -199,7 +182,7 @@ int main(int argc, char **argv)
 			return 2;
 	for (int i = 0; i < threads; i++)
 		pthread_join(th[i], NULL);
-	event("{\"event\": \"done\", \"connections\": %u, \"ok\": %u, \"max_ms\": %.1f}",
-	      next_seq, good, atomic_load(&max_us) / 1e3);
+	t_event("{\"event\": \"done\", \"connections\": %u, \"ok\": %u, \"max_ms\": %.1f}",
+	        next_seq, good, atomic_load(&max_us) / 1e3);
 	return 0;
 }

@@ -17,61 +17,23 @@ daemon is started behind our back). Timeouts only detect hangs.
 import json
 import os
 import pathlib
-import select
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from control_lib import (HANG_S, SANITIZER, LineProc, ShuntdWorld, check_idle, daemon_answers,
+                         fd_targets, wait_for)
+
 HERE = pathlib.Path(__file__).resolve().parent
 PEER = HERE / "fault_peer.py"
 PYTHON = "/usr/bin/python3"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-HANG_S = 30  # a step that takes longer than this is hung
-SANITIZER = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
-class Proc:
+class Proc(LineProc):
     """A process whose stdout lines we can wait for and whose stdin we drive."""
-
-    def __init__(self, argv, env, stderr_path):
-        self.stderr_path = stderr_path
-        self.err = open(stderr_path, "wb")
-        self.proc = subprocess.Popen([str(a) for a in argv], env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.err, text=True,
-                                     bufsize=1, start_new_session=True)
-        self.lines = []
-        self.history = []
-        self.partial = b""
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def send(self, line):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def _read_line(self, deadline, what):
-        """Take the lines that are there (from the descriptor itself: a
-        buffered reader would hide lines select() cannot see)."""
-        left = deadline - time.monotonic()
-        fd = self.proc.stdout.fileno()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise AssertionError(f"pid {self.pid}: hung waiting for {what}; "
-                                 f"lines {self.history[-20:]}\nstderr: {self.stderr()[-3000:]}")
-        data = os.read(fd, 65536)
-        if not data:
-            raise AssertionError(f"pid {self.pid} exited ({self.proc.poll()}) waiting for {what};"
-                                 f" lines {self.history[-20:]}\nstderr: {self.stderr()[-3000:]}")
-        self.partial += data
-        *done, self.partial = self.partial.split(b"\n")
-        for line in done:
-            self.lines.append(line.decode().strip())
-            self.history.append(self.lines[-1])
 
     def expect(self, prefix, timeout=HANG_S):
         """The first line not yet taken that starts with prefix (taken now)."""
@@ -82,7 +44,7 @@ class Proc:
                 if self.lines[i].startswith(prefix):
                     return self.lines.pop(i)
             seen = len(self.lines)
-            self._read_line(deadline, repr(prefix))
+            self.read_until(deadline, repr(prefix))
 
     def reports(self, names, timeout=HANG_S):
         """name -> {sent, recv, eof, err} for each connection in names."""
@@ -92,52 +54,6 @@ class Proc:
             out[name] = dict(w.split("=", 1) for w in words)
         return out
 
-    def stderr(self):
-        self.err.flush()
-        return pathlib.Path(self.stderr_path).read_text(errors="replace")
-
-    def cpu_ticks(self):
-        """utime + stime of every thread of the process."""
-        with open(f"/proc/{self.pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-
-    def stop(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-        self.err.close()
-
-
-def daemon_answers(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def fd_targets(pid):
-    """What each descriptor of pid refers to."""
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            pass
-    return out
-
 
 def established():
     """The established TCP sockets of the host, as ss lists them with their processes."""
@@ -146,50 +62,18 @@ def established():
     return {" ".join(line.split()) for line in out.splitlines()}
 
 
-def wait_for(cond, what, timeout=HANG_S):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-class World:
+class World(ShuntdWorld):
     """shuntd (restartable), the fault_peer server and client, and their files."""
 
     def __init__(self, shunt, build_dir, directory, tools):
-        self.shunt, self.build_dir, self.dir, self.tools = shunt, build_dir, directory, tools
-        self.socket = str(directory / "shuntd.sock")
-        self.daemon = None
-        self.daemons = []
-        self.procs = []
+        # `shunt daemon` execs shuntd: the pid we kill is the daemon's.
+        super().__init__(shunt, build_dir, directory, tools, [shunt, "daemon"])
         self.runs = 0
 
     def env(self, stats=None):
-        env = self.tools.plain_env()
-        env["SHUNT_SOCKET"] = self.socket
+        env = super().env(stats)
         env["SHUNT_LOG"] = "info"
-        if stats:
-            env["SHUNT_STATS"] = str(stats)
         return env
-
-    def start_daemon(self):
-        n = len(self.daemons)
-        log = open(self.dir / f"shuntd.{n}.log", "wb")
-        d = subprocess.Popen([str(self.shunt), "daemon", "--socket", self.socket, "--log", "info"],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                             env=self.tools.plain_env(), start_new_session=True)
-        log.close()
-        d.log = self.dir / f"shuntd.{n}.log"
-        self.daemons.append(d)
-        wait_for(lambda: daemon_answers(self.socket) or d.poll() is not None, "shuntd to answer")
-        assert d.poll() is None, f"shuntd exited: {d.log.read_text()}"
-        self.daemon = d
-        return d
-
-    def kill_daemon(self):
-        os.kill(self.daemon.pid, signal.SIGKILL)
-        self.daemon.wait()
-        self.daemon = None
 
     def peer(self, role, arg, name):
         stats = self.dir / f"{name}.stats.jsonl"
@@ -198,12 +82,6 @@ class World:
         p.stats = stats
         self.procs.append(p)
         return p
-
-    def status(self):
-        out = subprocess.run([str(self.shunt), "status", "--json"], env=self.env(),
-                             capture_output=True, text=True, timeout=HANG_S)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
 
     def run_pair(self, tag):
         """A fresh tests/integration/peer server and client under shunt run
@@ -224,14 +102,6 @@ class World:
         assert server.proc.wait(timeout=HANG_S) == 0, server.stderr()
         assert "error" not in " ".join(server.lines)
         return self.tools.read_stats(stats)[1]
-
-    def close(self):
-        for p in self.procs:
-            p.stop()
-        for d in self.daemons:
-            if d.poll() is None:
-                d.kill()
-                d.wait()
 
 
 @pytest.fixture(scope="module")
@@ -346,12 +216,8 @@ def test_b_new_connections_use_the_kernel_while_shuntd_is_dead(world):
     assert total.get("kernel_accept", 0) >= 1 and total.get("fallback_nodaemon", 0) >= 1, total
     # Idle: every thread blocked (accept, recv on circuits and kernel sockets, stdin).
     time.sleep(1.2)                      # past one reconnect attempt
-    before = [p.cpu_ticks() for p in (c, s)]
-    time.sleep(1.0)
-    used = [p.cpu_ticks() - b for p, b in zip((c, s), before)]
-    print(f"idle CPU while shuntd is dead: client {used[0]}, server {used[1]} ticks "
-          f"of 1/{CLK_TCK} s in 1 s")
-    assert all(u <= 5 for u in used), f"idle processes used {used} ticks in 1 s: spinning"
+    check_idle({"client": c.pid, "server": s.pid}, "the client and server while shuntd is dead",
+               seconds=1.0, most=5)
     for p in (c, s):
         assert "error" not in " ".join(p.lines), p.lines
 

@@ -18,7 +18,6 @@ eventfds it shares with shuntd. Each such test runs a shuntd of its own."""
 import json
 import os
 import pathlib
-import select
 import signal
 import subprocess
 import time
@@ -27,6 +26,7 @@ import types
 import pytest
 
 from conftest import session_processes
+from control_lib import LineProc, check_idle, shuntd_env
 
 # Every call of the victim waits at most this long for the peer (SO_RCVTIMEO,
 # SO_SNDTIMEO, poll and epoll timeouts); it runs its calls for BUDGET_MS, while
@@ -49,38 +49,14 @@ GARBAGE_MODES = ["indices", "own-index", "header", "state", "opts", "lock-dead",
                  "lock-self", "random", "spam"]
 
 
-class Proc:
+class Proc(LineProc):
     """A helper process under `shunt run` whose JSON lines we read as they come."""
 
-    def __init__(self, argv, env, errfile):
-        self.argv = [str(a) for a in argv]
-        # stderr in a file: a pipe nobody reads could fill up and stall the program.
-        self.errfile = pathlib.Path(errfile)
-        with open(self.errfile, "wb") as err:
-            self.proc = subprocess.Popen(self.argv, env=env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err,
-                                         start_new_session=True)
-        self.lines = []
-        self._buf = b""
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def _read_some(self, timeout):
-        if not select.select([self.proc.stdout], [], [], timeout)[0]:
-            return False
-        chunk = os.read(self.proc.stdout.fileno(), 65536)
-        if not chunk:
-            return None
-        self._buf += chunk
-        *done, self._buf = self._buf.split(b"\n")
-        for line in done:
-            try:
-                self.lines.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise AssertionError(f"{self.argv[-5:]}: not JSON: {line!r}") from None
-        return True
+    def parse(self, raw):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            raise AssertionError(f"{self.argv[-5:]}: not JSON: {raw!r}") from None
 
     def expect(self, event, timeout=10):
         """Wait for the line {"event": event}; return it."""
@@ -92,7 +68,7 @@ class Proc:
                 if line.get("event") == "error":
                     raise AssertionError(f"{self.describe()}")
             left = deadline - time.monotonic()
-            got = self._read_some(max(left, 0))
+            got = self.read_some(max(left, 0))
             if got is None or (got is False and left <= 0):
                 raise AssertionError(f"no {event!r} within {timeout}s "
                                      f"({'exited' if got is None else 'timed out'}):\n"
@@ -101,28 +77,15 @@ class Proc:
     def finish(self, timeout):
         """Read to EOF and reap; the process is killed if it takes longer. Returns rc."""
         deadline = time.monotonic() + timeout
-        while self._read_some(max(deadline - time.monotonic(), 0)):
+        while self.read_some(max(deadline - time.monotonic(), 0)):
             pass
         if self.proc.poll() is None:
             self.kill()
         return self.proc.wait()
 
-    def kill(self):
-        if self.proc.poll() is None:
-            os.killpg(self.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stderr(self):
-        return self.errfile.read_text(errors="replace")
-
     def describe(self):
         return (f"$ {' '.join(self.argv)}\nrc {self.proc.poll()}\nlast lines: "
                 f"{self.lines[-12:]}\nstderr: {self.stderr()[-3000:]}")
-
-    def close(self):
-        self.kill()
-        for f in (self.proc.stdin, self.proc.stdout):
-            f.close()
 
 
 @pytest.fixture
@@ -159,7 +122,7 @@ def pair(build_dir, shunt_cli, shunt_session, tmp_path):
 
     yield start
     for p in started:
-        p.close()
+        p.stop()
 
 
 def calls(victim):
@@ -227,8 +190,7 @@ def run_mode(pair, mode, hostile_listens=False, started=None, linger=0.2):
     else:
         hrc = hostile.proc.poll()  # the others keep up their lies until killed
     # Phase 2's calls have no timeout, in effect: the hostile's end must end them.
-    victim.proc.stdin.write(b"go\n")
-    victim.proc.stdin.flush()
+    victim.send("go")
     time.sleep(linger)
     hostile.kill()
     hostile.finish(timeout=10)
@@ -460,7 +422,6 @@ HONEST_MS = 700
 HONEST_HANG_MS = 3000
 # Ticks of CPU (1/CLK_TCK s) a process may use in IDLE_S once nothing is
 # left to do: a spin would use all of them.
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 IDLE_S = 1.0
 IDLE_TICKS = 10
 AF_INET = 2
@@ -505,13 +466,6 @@ CHAN_MODES = [
 ]
 
 
-def cpu_ticks(pid):
-    """utime + stime of every thread of @pid."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 def vm_rss_kib(pid):
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -543,11 +497,7 @@ class Daemon:
         return self.proc.pid
 
     def env(self, stats=None):
-        env = self.tools.plain_env()
-        env["SHUNT_SOCKET"] = self.socket
-        if stats:
-            env["SHUNT_STATS"] = str(stats)
-        return env
+        return shuntd_env(self.tools, self.socket, stats)
 
     def log_text(self):
         return self.log.read_text(errors="replace")
@@ -610,7 +560,7 @@ def world(build_dir, shunt_cli, tools, tmp_path):
     w = types.SimpleNamespace(daemon=daemon, shunt=shunt, run=run)
     yield w
     for p in started:
-        p.close()
+        p.stop()
     daemon.stop()
 
 
@@ -630,13 +580,12 @@ def check_honest(result, who):
 
 
 def echod_stats(echod):
-    echod.proc.stdin.write(b"stats\n")
-    echod.proc.stdin.flush()
+    echod.send("stats")
     n = len([line for line in echod.lines if line.get("event") == "stats"])
     deadline = time.monotonic() + 10
     while len([line for line in echod.lines if line.get("event") == "stats"]) == n:
         left = deadline - time.monotonic()
-        assert left > 0 and echod._read_some(left) is not None, \
+        assert left > 0 and echod.read_some(left) is not None, \
             f"echod did not answer:\n{echod.describe()}"
     return [line for line in echod.lines if line.get("event") == "stats"][-1]
 
@@ -685,15 +634,6 @@ def check_nothing_left(daemon, shunt):
     assert not conns, f"{len(conns)} connections left at shuntd once all ended: {conns[:3]}"
 
 
-def check_idle(pids, what):
-    """Nothing left to do: no process of @pids may spin."""
-    before = {p: cpu_ticks(p) for p in pids}
-    time.sleep(IDLE_S)
-    used = {p: cpu_ticks(p) - before[p] for p in pids}
-    assert all(u <= IDLE_TICKS for u in used.values()), \
-        f"{what}: {used} ticks of 1/{CLK_TCK} s used in {IDLE_S} s of idleness (by pid)"
-
-
 @pytest.mark.shunt
 @pytest.mark.parametrize("mode,accept", CHAN_MODES)
 def test_garbage_in_the_channel(world, mode, accept):
@@ -715,14 +655,14 @@ def test_garbage_in_the_channel(world, mode, accept):
     check_honest(during, "while the hostile lied")
     # The lie that would leave the victim stuck or spinning, told when no
     # honest client runs; then the hostile goes.
-    hostile.proc.stdin.write(b"last\n")
-    hostile.proc.stdin.flush()
+    hostile.send("last")
     hostile.expect("last")
     hostile.kill()
     herr = hostile.stderr()
     assert "runtime error" not in herr, f"UBSan in the hostile's libshunt:\n{herr[-4000:]}"
     served_all(echod)
-    check_idle([echod.pid, world.daemon.pid], "the victim and shuntd")
+    check_idle({"echod": echod.pid, "shuntd": world.daemon.pid}, "the victim and shuntd",
+               seconds=IDLE_S, most=IDLE_TICKS)
     # The listener is as good as new.
     after = world.run("honest", port, 2, 300, 1)
     after = honest_results(after, timeout=0.3 + HONEST_HANG_MS / 1000 + 5)
@@ -748,12 +688,11 @@ RSS_SLACK_KIB = 1024
 def echo_held(held):
     """One more echo on the held connection; it must come back whole."""
     n = len([line for line in held.lines if line.get("event") == "conn"])
-    held.proc.stdin.write(b"ping\n")
-    held.proc.stdin.flush()
+    held.send("ping")
     deadline = time.monotonic() + HONEST_HANG_MS / 1000 + 5
     while len([line for line in held.lines if line.get("event") == "conn"]) == n:
         left = deadline - time.monotonic()
-        assert left > 0 and held._read_some(left) is not None, held.describe()
+        assert left > 0 and held.read_some(left) is not None, held.describe()
     last = [line for line in held.lines if line.get("event") == "conn"][-1]
     assert last["ok"], f"the held connection broke: {last}"
 

@@ -42,17 +42,14 @@ own, so it runs as any user.
 """
 
 import collections
-import json
 import os
-import pathlib
 import re
-import select
 import signal
-import socket
-import subprocess
 import time
 
 import pytest
+
+from control_lib import SANITIZER, LineProc, ShuntdWorld, fd_targets, wait_for
 
 HANG_S = 60          # a step that takes longer than this is hung
 SETTLE_S = 20        # for things to come back to their baseline
@@ -83,53 +80,19 @@ RESTART_KEEPS = {
     "client": collections.Counter({"memfd:shunt-link": 1, "anon_inode:[eventfd]": 2}),
     "server": collections.Counter({"memfd:shunt-link": 1, "anon_inode:[eventfd]": 3}),
 }
-SANITIZER = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 pytestmark = pytest.mark.shunt
 
 
-class Peer:
+class Peer(LineProc):
     """A storm process under `shunt run`, driven by lines on stdin."""
 
-    def __init__(self, argv, env, stderr_path):
-        self.stderr_path = stderr_path
-        with open(stderr_path, "wb") as err:
-            self.proc = subprocess.Popen([str(a) for a in argv], env=env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, text=True,
-                                         start_new_session=True)
-        self.history = []
-        self.lines = []
-        self.partial = b""
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def send(self, line):
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
     def line(self, what, timeout=HANG_S):
-        """The next line, read from the descriptor itself (a buffered reader
-        would hide lines from select)."""
+        """The next line; one that says error or bad fails the test."""
         deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
         while not self.lines:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise AssertionError(f"pid {self.pid}: hung waiting for {what}; "
-                                     f"lines {self.history[-20:]}\n"
-                                     f"stderr: {self.stderr()[-3000:]}")
-            data = os.read(fd, 65536)
-            if not data:
-                raise AssertionError(f"pid {self.pid} exited ({self.proc.poll()}) waiting for "
-                                     f"{what}; lines {self.history[-20:]}\n"
-                                     f"stderr: {self.stderr()[-3000:]}")
-            self.partial += data
-            *done, self.partial = self.partial.split(b"\n")
-            self.lines += [x.decode().strip() for x in done]
+            self.read_until(deadline, what)
         text = self.lines.pop(0)
-        self.history.append(text)
         assert not text.startswith(("error", "bad ")), \
             f"pid {self.pid}: {text.strip()}\nlines {self.history[-20:]}\n" \
             f"stderr: {self.stderr()[-3000:]}"
@@ -141,36 +104,10 @@ class Peer:
             if text.startswith(prefix):
                 return text
 
-    def stderr(self):
-        return pathlib.Path(self.stderr_path).read_text(errors="replace")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
-
 
 def fields(line):
     """'done ok=3 bad=0' -> {'ok': 3, 'bad': 0}"""
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
-
-
-def fds(pid):
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            pass
-    return sorted(out)
 
 
 def memfd_maps(pid):
@@ -194,7 +131,7 @@ def pss_kib(pid):
 
 def footprint(pid):
     """What must come back: descriptors (by what they are) and memfd mappings."""
-    return {"fds": fds(pid), "memfd": memfd_maps(pid)}
+    return {"fds": fd_targets(pid), "memfd": memfd_maps(pid)}
 
 
 def kind(target):
@@ -217,60 +154,12 @@ def difference(before, after):
     return "; ".join(say)
 
 
-def daemon_answers(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def wait_for(cond, what, timeout=HANG_S):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-class Storm:
+class Storm(ShuntdWorld):
     """shuntd (restartable), the storm server and client, their files."""
 
-    def __init__(self, build_dir, shunt, directory, tools):
-        self.build_dir, self.shunt, self.dir, self.tools = build_dir, shunt, directory, tools
-        self.socket = str(directory / "shuntd.sock")
-        self.daemons = []
-        self.daemon = None
-        self.peers = []
-
-    def env(self, stats=None):
-        env = self.tools.plain_env()
-        env["SHUNT_SOCKET"] = self.socket
-        if stats:
-            env["SHUNT_STATS"] = str(stats)
-        return env
-
-    def start_daemon(self):
-        n = len(self.daemons)
-        log = self.dir / f"shuntd.{n}.log"
-        with open(log, "wb") as f:
-            d = subprocess.Popen([str(self.build_dir / "src" / "daemon" / "shuntd"),
-                                  "--socket", self.socket, "--log", "info"],
-                                 stdin=subprocess.DEVNULL, stdout=f, stderr=f,
-                                 env=self.tools.plain_env(), start_new_session=True)
-        d.log = log
-        self.daemons.append(d)
-        wait_for(lambda: daemon_answers(self.socket) or d.poll() is not None, "shuntd to answer")
-        assert d.poll() is None, f"shuntd exited: {log.read_text()}"
-        self.daemon = d
-        return d
-
-    def kill_daemon(self):
-        os.kill(self.daemon.pid, signal.SIGKILL)
-        self.daemon.wait()
-        self.daemon = None
+    def __init__(self, shunt, build_dir, directory, tools):
+        super().__init__(shunt, build_dir, directory, tools,
+                         [build_dir / "src" / "daemon" / "shuntd"], hang_s=HANG_S)
 
     def peer(self, name, *args):
         stats = self.dir / f"{name}.stats.jsonl"
@@ -278,27 +167,13 @@ class Storm:
                   self.build_dir / "tests" / "control" / "storm", *args],
                  self.env(stats), self.dir / f"{name}.stderr")
         p.stats = stats
-        self.peers.append(p)
+        self.procs.append(p)
         return p
-
-    def status(self):
-        out = subprocess.run([str(self.shunt), "status", "--json"], env=self.env(),
-                             capture_output=True, text=True, timeout=HANG_S)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-    def close(self):
-        for p in self.peers:
-            p.stop()
-        for d in self.daemons:
-            if d.poll() is None:
-                d.kill()
-                d.wait()
 
 
 @pytest.fixture
 def storm(build_dir, shunt_cli, tools, tmp_path):
-    s = Storm(build_dir, shunt_cli(), tmp_path, tools)
+    s = Storm(shunt_cli(), build_dir, tmp_path, tools)
     yield s
     s.close()
 
@@ -345,7 +220,8 @@ def test_storm_loses_nothing_and_leaks_nothing(storm, sanitized):
     storm.start_daemon()
     portfile = storm.dir / "port"
     server = storm.peer("server", "server", portfile)
-    wait_for(lambda: portfile.exists() and portfile.read_text().strip(), "the server to listen")
+    wait_for(lambda: portfile.exists() and portfile.read_text().strip(), "the server to listen",
+             HANG_S)
     client = storm.peer("client", "client", portfile.read_text().strip(), THREADS)
     client.expect("ready")
     peers = {"server": server, "client": client}
@@ -397,9 +273,10 @@ def test_storm_loses_nothing_and_leaks_nothing(storm, sanitized):
             f"server: {server.stderr()[-3000:]}\nclient: {client.stderr()[-3000:]}\n" \
             f"{storm.status()}"
     warm_up()
-    wait_for(lambda: not storm.status()["connections"], "the new shuntd to bury the circuits")
+    wait_for(lambda: not storm.status()["connections"], "the new shuntd to bury the circuits",
+             HANG_S)
     restarted = footprints()
-    d2_fds, d2_pss = fds(d2.pid), pss_kib(d2.pid)
+    d2_fds, d2_pss = fd_targets(d2.pid), pss_kib(d2.pid)
     circuits = storm.status()["totals"]["circuits_total"]
 
     # Second half: the listener closes and reopens once more.
@@ -416,15 +293,15 @@ def test_storm_loses_nothing_and_leaks_nothing(storm, sanitized):
     def settled():
         now = footprints()
         return (all(not difference(restarted[n], now[n]) for n in now)
-                and len(fds(d2.pid)) == len(d2_fds)
+                and len(fd_targets(d2.pid)) == len(d2_fds)
                 and (sanitized or pss_kib(d2.pid) <= d2_pss + SLACK_KIB))
     settle(settled)
     now = footprints()
     diffs = [f"the {n} holds more or less than before the second half: {diff}"
              for n in peers if (diff := difference(restarted[n], now[n]))]
     assert not diffs, "\n".join(diffs) + f"\nbefore {restarted}\nafter {now}\nshuntd " \
-        f"{fds(d2.pid)}\n{storm.status()}"
-    left = fds(d2.pid)
+        f"{fd_targets(d2.pid)}\n{storm.status()}"
+    left = fd_targets(d2.pid)
     before, after = counted(d2_fds), counted(left)
     assert len(left) == len(d2_fds), \
         f"shuntd holds {len(left)} descriptors, {len(d2_fds)} before the second half: " \

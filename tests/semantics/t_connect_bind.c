@@ -5,7 +5,7 @@
 // system call made without the C library, which an interposer cannot see.
 // The accepted end names the same address as its peer.
 // shunt-expect: shm_connect>=3 shm_accept>=3 kernel_connect==0 kernel_accept==0
-#include "t_harness.h"
+#include "t_bound.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -42,20 +42,12 @@ static long raw_bind(int fd, const struct sockaddr *a, socklen_t len)
 // Connect @fd to @to, accept it on @lfd, and say what both ends name.
 static void connect_and_look(int fd, int lfd, const struct t_addr *to, const struct t_addr *was)
 {
-	struct t_addr name, peer;
-	char host[64];
-	int s;
+	struct t_addr name = t_connect_bound(fd, to);
 
-	T_REPORT("  connect", connect(fd, (const struct sockaddr *)&to->ss, to->len));
-	name = t_sockname(fd);
-	printf("  bound to %s\n", t_addr_host(&name, host, sizeof(host)));
 	t_expect(t_addr_port(&name) != 0, "  with a port");
 	if (was && t_addr_port(was))
 		t_expect(t_addr_eq(&name, was), "  the one it was bound to before");
-	s = t_accept(lfd);
-	peer = t_peername(s);
-	t_expect(t_addr_eq(&peer, &name), "  the accepted end's peer is that address");
-	close(s);
+	t_accepted_peer_is(lfd, &name);
 	close(fd);
 }
 

@@ -4,7 +4,7 @@
 // SCM_RIGHTS and bound by the receiver. connect() keeps the address and
 // port the other process bound it to.
 // shunt-expect: shm_connect>=2 shm_accept>=2 kernel_connect==0 kernel_accept==0
-#include "t_harness.h"
+#include "t_bound.h"
 
 #include <netinet/in.h>
 #include <stdio.h>
@@ -24,20 +24,13 @@ static void bind_to(int fd, uint32_t ip)
 
 static void connect_and_look(const char *what, int fd, int lfd, const struct t_addr *to)
 {
-	struct t_addr was = t_sockname(fd), name, peer;
-	char host[64];
-	int s;
+	struct t_addr was = t_sockname(fd), name;
 
 	printf("%s\n", what);
 	t_expect(t_addr_port(&was) != 0, "  bound to a port");
-	T_REPORT("  connect", connect(fd, (const struct sockaddr *)&to->ss, to->len));
-	name = t_sockname(fd);
-	printf("  bound to %s\n", t_addr_host(&name, host, sizeof(host)));
+	name = t_connect_bound(fd, to);
 	t_expect(t_addr_eq(&name, &was), "  the address and port the other process bound");
-	s = t_accept(lfd);
-	peer = t_peername(s);
-	t_expect(t_addr_eq(&peer, &name), "  the accepted end's peer is that address");
-	close(s);
+	t_accepted_peer_is(lfd, &name);
 	close(fd);
 }
 
