@@ -5,6 +5,7 @@
 // the same for a socket that set the option and was never bound, over IPv4
 // and IPv6, several times over (later connects go through shunt's channel).
 // shunt-expect: shm_connect>=12 kernel_connect==0
+#include "t_bound.h"
 #include "t_harness.h"
 
 #include <netinet/in.h>
@@ -22,8 +23,8 @@ static void no_port(int fd)
 
 static void one(int family, int lfd, const struct t_addr *to, bool bound)
 {
-	struct t_addr here, name, peer;
-	int fd = t_socket(family, SOCK_STREAM), opt = 0, s;
+	struct t_addr here, name;
+	int fd = t_socket(family, SOCK_STREAM), opt = 0;
 	socklen_t len = sizeof(opt);
 
 	no_port(fd);
@@ -38,10 +39,7 @@ static void one(int family, int lfd, const struct t_addr *to, bool bound)
 	t_expect(t_addr_port(&name) != 0, "  a port after connect");
 	getsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &opt, &len);
 	t_expect(opt == 1, "  the option still set");
-	s = t_accept(lfd);
-	peer = t_peername(s);
-	t_expect(t_addr_eq(&peer, &name), "  the accepted end's peer is that address");
-	close(s);
+	t_accepted_peer_is(lfd, &name);
 	close(fd);
 }
 
