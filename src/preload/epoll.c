@@ -65,6 +65,7 @@ static struct shunt_epoll *ep_new(void)
 	ep->kfd = ep->bell = -1;
 	ep->bell_set = false;
 	ep->sleepers = 0;
+	shunt_list_init(&ep->asleep_node);
 	atomic_store(&ep->exposed, false);
 	shunt_list_init(&ep->regs);
 	shunt_list_init(&ep->watchers);
@@ -693,6 +694,11 @@ void shunt_epoll_fork_parent(void)
 void shunt_epoll_fork_child(void)
 {
 	pthread_mutex_init(&pool_lock, NULL);
-	for (struct shunt_epoll *ep = ep_all; ep; ep = ep->all_next)
+	/* The parent's sleepers are not ours: nobody here sleeps in any of them. */
+	for (struct shunt_epoll *ep = ep_all; ep; ep = ep->all_next) {
 		pthread_mutex_init(&ep->lock, NULL);
+		ep->sleepers = 0;
+		shunt_list_init(&ep->asleep_node);
+	}
+	shunt_epoll_hub_fork_child();
 }

@@ -55,7 +55,8 @@ struct shunt_epoll {
 	int kfd;			/* our hidden dup of the instance, for our own calls */
 	int bell;			/* hidden eventfd registered in it, level-triggered */
 	bool bell_set;			/* under lock */
-	int sleepers;			/* under lock: threads asleep in it; the hub is in while > 0 */
+	int sleepers;			/* under lock: threads asleep in it */
+	struct shunt_list asleep_node;	/* under the hub lock (epoll_wait.c): while sleepers > 0 */
 	_Atomic bool exposed;		/* polled or nested: keep the bell exact */
 	struct shunt_list regs;		/* under shunt_notice_lock: its registrations */
 	struct shunt_list watchers;	/* under shunt_notice_lock: NESTED registrations of it */
@@ -155,5 +156,7 @@ void shunt_epoll_release(struct shunt_epoll *ep);
 void shunt_epoll_fork_prepare(void);
 void shunt_epoll_fork_parent(void);
 void shunt_epoll_fork_child(void);
+/* epoll_wait.c: in the child, no instance holds the hub. */
+void shunt_epoll_hub_fork_child(void);
 
 #endif

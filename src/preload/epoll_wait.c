@@ -283,17 +283,72 @@ static bool hub_sleep_ok(struct shunt_epoll *ep)
 		shunt_seccomp_allows(SYS_epoll_wait, hub, 0, 32, 0));
 }
 
-/* The first sleeper puts the hub in the instance, the last takes it out. */
-static void hub_sleeper(struct shunt_epoll *ep, int delta)
+/*
+ * The notice hub is in one sleeping instance at a time, its holder's: a
+ * notice wakes that instance's sleeper, which drains the hub and rings the
+ * bells of the instances the notices are for. With the hub in every
+ * sleeping instance, every notice woke a thread in each (wrk's eight
+ * threads, each in an instance of its own, woke eight times per response).
+ * The kernel cannot do this for us: EPOLLEXCLUSIVE is refused on an epoll
+ * file, which the hub is. When the holder wakes, it drains first, then
+ * hands the hub to another sleeping instance, if any (the ADD wakes that
+ * one at once should a notice have come meanwhile); the next instance to
+ * sleep takes it otherwise. Lock order: ep->lock, then hub_lock.
+ */
+static pthread_mutex_t hub_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shunt_epoll *hub_holder;		/* under hub_lock */
+static struct shunt_list asleep = { &asleep, &asleep };	/* under hub_lock: asleep_node */
+
+static void hub_put(struct shunt_epoll *ep)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &ep->hub_mark };
 
+	shunt_syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_ADD, shunt_notice_hub(), &ev);
+}
+
+/* Count a sleeper in @ep; the first one asleep in the process takes the hub. */
+static void hub_sleeper(struct shunt_epoll *ep, int delta)
+{
 	pthread_mutex_lock(&ep->lock);
-	if (delta > 0 && ep->sleepers++ == 0)
-		shunt_syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_ADD, shunt_notice_hub(), &ev);
-	if (delta < 0 && --ep->sleepers == 0)
-		shunt_syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_DEL, shunt_notice_hub(), NULL);
+	if (delta > 0 && ep->sleepers++ == 0) {
+		pthread_mutex_lock(&hub_lock);
+		shunt_list_add_tail(&asleep, &ep->asleep_node);
+		if (!hub_holder) {
+			hub_holder = ep;
+			hub_put(ep);
+		}
+		pthread_mutex_unlock(&hub_lock);
+	}
+	if (delta < 0 && --ep->sleepers == 0) {
+		pthread_mutex_lock(&hub_lock);
+		shunt_list_del(&ep->asleep_node);
+		pthread_mutex_unlock(&hub_lock);
+	}
 	pthread_mutex_unlock(&ep->lock);
+}
+
+/* Once awake and drained: the hub goes to another sleeping instance, or waits for one. */
+static void hub_pass(struct shunt_epoll *ep)
+{
+	pthread_mutex_lock(&ep->lock);
+	pthread_mutex_lock(&hub_lock);
+	if (hub_holder == ep && !ep->sleepers) {
+		shunt_syscall(SYS_epoll_ctl, ep->kfd, EPOLL_CTL_DEL, shunt_notice_hub(), NULL);
+		hub_holder = NULL;
+		if (!shunt_list_empty(&asleep)) {
+			hub_holder = shunt_container_of(asleep.next, struct shunt_epoll, asleep_node);
+			hub_put(hub_holder);
+		}
+	}
+	pthread_mutex_unlock(&hub_lock);
+	pthread_mutex_unlock(&ep->lock);
+}
+
+void shunt_epoll_hub_fork_child(void)
+{
+	pthread_mutex_init(&hub_lock, NULL);
+	hub_holder = NULL;
+	shunt_list_init(&asleep);
 }
 
 /*
@@ -413,6 +468,12 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 			r = sleep_kernel(ep, &h, deadline, mask);
 		shunt_notice_sleepers(-1);
 		hub_sleeper(ep, -1);
+		/* What the hub brought, before another instance can be woken by it. */
+		if (h.hub_fired) {
+			shunt_notice_drain(true);
+			h.hub_fired = false;
+		}
+		hub_pass(ep);
 		if (r < 0)
 			return r;	/* EINTR: epoll_wait is never restarted */
 		if (h.n || h.full)
