@@ -39,24 +39,10 @@ static int bind_client(int fd, const struct sock_facts *f, const struct shunt_wi
 		       struct shunt_wire_addr *local)
 {
 	struct shunt_wire_addr src = source_for(from, f->domain);
-	struct sockaddr_storage ss, got;
-	socklen_t len = shunt_addr_from_wire(&src, &ss), got_len = sizeof(got);
-	int r;
+	struct sockaddr_storage ss;
+	socklen_t len = shunt_addr_from_wire(&src, &ss);
 
-	if (bind(fd, (struct sockaddr *)&ss, len) < 0)
-		return -errno;
-	r = getsockname(fd, (struct sockaddr *)&got, &got_len) < 0 ? -errno
-		: shunt_addr_to_wire((struct sockaddr *)&got, got_len, local);
-	if (r < 0 || local->port)
-		return r;
-	/* IP_BIND_ADDRESS_NO_PORT left the port to connect(), which is us. */
-	r = shunt_bind_port(fd, (struct sockaddr *)&ss, len);
-	if (r < 0)
-		return r;
-	got_len = sizeof(got);
-	if (getsockname(fd, (struct sockaddr *)&got, &got_len) < 0)
-		return -errno;
-	return shunt_addr_to_wire((struct sockaddr *)&got, got_len, local);
+	return shunt_bind_as_connect(fd, (struct sockaddr *)&ss, len, local);
 }
 
 /*

@@ -260,34 +260,16 @@ again:
 	if (local->family == AF_INET6)
 		shunt_addr_map_v6(&src);
 	len = shunt_addr_from_wire(&src, &ss);
-	if (shunt_libc.bind(fd, (struct sockaddr *)&ss, len) < 0) {
-		/* Bound after all, where the library could not see: look. */
-		if (unbound && errno == EINVAL) {
-			unbound = false;
-			len = sizeof(ss);
-			goto again;
-		}
-		/* No port left: what connect() says then. */
-		return errno == EADDRINUSE ? -EADDRNOTAVAIL : -errno;
+	r = shunt_bind_as_connect(fd, (struct sockaddr *)&ss, len, local);
+	/* Bound after all, where the library could not see: look. */
+	if (r == -EINVAL && unbound) {
+		unbound = false;
+		len = sizeof(ss);
+		goto again;
 	}
-	if (s)
+	if (r == 0 && s)
 		atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
-	len = sizeof(ss);
-	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0)
-		return -errno ? -errno : -EINVAL;
-	if (local->port)
-		return 0;
-	/* IP_BIND_ADDRESS_NO_PORT left the port to connect(), which is us. */
-	len = shunt_addr_from_wire(&src, &ss);
-	r = shunt_bind_port(fd, (struct sockaddr *)&ss, len);
-	if (r < 0)
-		return r;
-	len = sizeof(ss);
-	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0)
-		return -errno ? -errno : -EINVAL;
-	return 0;
+	return r;
 }
 
 /* bind_sock for the socket connect() holds as @fd (its table entry, which connect() checked). */
