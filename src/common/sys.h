@@ -104,6 +104,12 @@ static inline int64_t shunt_sys_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The same in milliseconds (shuntd's ticks and deadlines). */
+static inline int64_t shunt_sys_now_ms(void)
+{
+	return shunt_sys_now_ns() / 1000000;
+}
+
 /*
  * Sleep about @ns without a futex, by whatever the filters allow (a timed
  * ppoll, nanosleep, clock_nanosleep, sched_yield, or a spin of the CPU,

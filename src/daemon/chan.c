@@ -19,19 +19,12 @@
 #include "common/addr.h"
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/sys.h"
 #include "daemon/shuntd.h"
 
 enum {
 	ADOPT_MS = 100,		/* how long a channel's connection lasts before its companions */
 };
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static _Atomic uint32_t *slot_states(struct channel *ch)
 {
@@ -417,7 +410,7 @@ void shuntd_chan_accepted(struct shuntd *d, struct session *s,
 	 * once it has lasted ADOPT_MS: a connection per request ends before,
 	 * and never costs shuntd the sixty system calls they take.
 	 */
-	c->adopt_at = now_ms() + ADOPT_MS;
+	c->adopt_at = shunt_sys_now_ms() + ADOPT_MS;
 	shunt_list_add_tail(&d->adopt_pending, &c->adopt_node);
 	/* Room in the accept queue: a connect waiting for it may come in. */
 	shuntd_listener_admit(d, l);
@@ -429,13 +422,13 @@ int shuntd_chan_next_tick(struct shuntd *d)
 
 	if (shunt_list_empty(&d->adopt_pending))
 		return -1;
-	left = shunt_list_first(&d->adopt_pending, struct circuit, adopt_node)->adopt_at - now_ms();
+	left = shunt_list_first(&d->adopt_pending, struct circuit, adopt_node)->adopt_at - shunt_sys_now_ms();
 	return left < 0 ? 0 : (int)left;
 }
 
 void shuntd_chan_tick(struct shuntd *d)
 {
-	int64_t now = now_ms();
+	int64_t now = shunt_sys_now_ms();
 
 	while (!shunt_list_empty(&d->adopt_pending)) {
 		struct circuit *c = shunt_list_first(&d->adopt_pending, struct circuit, adopt_node);

@@ -15,8 +15,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <time.h>
 
+#include "common/sys.h"
 #include "daemon/shuntd.h"
 
 enum {
@@ -25,14 +25,6 @@ enum {
 	/* A channel that freed no slot for this long gives its warm slots' pages back. */
 	COOL_MS = 1000,
 };
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static char *slot_base(struct channel *ch, uint32_t i)
 {
@@ -72,7 +64,7 @@ void shuntd_chan_pages_freed(struct shuntd *d, struct channel *ch, uint32_t i)
 		ch->warm[i] = 1;
 		ch->nwarm++;
 	}
-	ch->warm_at = now_ms();
+	ch->warm_at = shunt_sys_now_ms();
 	/* Kept in order of warm_at: the least recently used first. */
 	if (ch->warm_listed)
 		shunt_list_del(&ch->warm_node);
@@ -131,13 +123,13 @@ int shuntd_chan_pages_next_tick(struct shuntd *d)
 	if (shunt_list_empty(&d->warm_channels))
 		return -1;
 	left = shunt_list_first(&d->warm_channels, struct channel, warm_node)->warm_at + COOL_MS -
-	       now_ms();
+	       shunt_sys_now_ms();
 	return left < 0 ? 0 : (int)left;
 }
 
 void shuntd_chan_pages_tick(struct shuntd *d)
 {
-	int64_t now = now_ms();
+	int64_t now = shunt_sys_now_ms();
 
 	while (!shunt_list_empty(&d->warm_channels)) {
 		struct channel *ch = shunt_list_first(&d->warm_channels, struct channel, warm_node);

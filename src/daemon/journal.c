@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 #include "daemon/shuntd.h"
 
 enum {
@@ -24,14 +25,6 @@ enum {
 };
 
 static int64_t tick_at = -1;	/* when awake journals are read next (ms), -1: none awake */
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int shuntd_journal_make(struct shuntd *d, struct session *s)
 {
@@ -188,7 +181,7 @@ static void wake_up(struct journal *j, struct shuntd *d)
 	j->read_at_tick = atomic_load(&j->hdr->head);
 	shunt_list_add_tail(&d->journals_awake, &j->awake_node);
 	if (tick_at < 0)
-		tick_at = now_ms() + TICK_MS;
+		tick_at = shunt_sys_now_ms() + TICK_MS;
 }
 
 void shuntd_journal_kicked(struct shuntd *d, struct journal *j)
@@ -206,7 +199,7 @@ int shuntd_journal_next_tick(struct shuntd *d)
 
 	if (shunt_list_empty(&d->journals_awake))
 		return -1;
-	left = tick_at - now_ms();
+	left = tick_at - shunt_sys_now_ms();
 	return left < 0 ? 0 : (int)left;
 }
 
@@ -214,7 +207,7 @@ void shuntd_journal_tick(struct shuntd *d)
 {
 	struct shunt_list *pos, *tmp;
 
-	if (shunt_list_empty(&d->journals_awake) || now_ms() < tick_at)
+	if (shunt_list_empty(&d->journals_awake) || shunt_sys_now_ms() < tick_at)
 		return;
 	shunt_list_for_each_safe(pos, tmp, &d->journals_awake) {
 		struct journal *j = shunt_container_of(pos, struct journal, awake_node);
@@ -244,5 +237,5 @@ void shuntd_journal_tick(struct shuntd *d)
 		j->awake = false;
 		shunt_list_del(&j->awake_node);
 	}
-	tick_at = shunt_list_empty(&d->journals_awake) ? -1 : now_ms() + TICK_MS;
+	tick_at = shunt_list_empty(&d->journals_awake) ? -1 : shunt_sys_now_ms() + TICK_MS;
 }

@@ -18,6 +18,7 @@
 #include "common/addr.h"
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/sys.h"
 #include "daemon/shuntd.h"
 
 static void reply_listen(struct session *s, uint32_t seq, uint64_t id, int doorbell)
@@ -471,14 +472,6 @@ struct listener *shuntd_listener_match(struct shuntd *d, struct netns *from, uin
 
 static bool any_deferred;	/* some listener may have deferred circuits */
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Into the accept queue: accept() and the listener's poll see it now. */
 static void to_acceptq(struct listener *l, struct circuit *c)
 {
@@ -504,7 +497,7 @@ void shuntd_listener_enqueue(struct shuntd *d, struct listener *l, struct circui
 	 */
 	c->listener = l;
 	c->queue = CIRCUIT_DEFERRED;
-	c->defer_until = now_ms() + l->defer_ms;
+	c->defer_until = shunt_sys_now_ms() + l->defer_ms;
 	shunt_list_add_tail(&l->deferq, &c->queue_node);
 	l->ndeferred++;
 	any_deferred = true;
@@ -592,7 +585,7 @@ void shuntd_listener_tick(struct shuntd *d)
 
 	if (!any_deferred)
 		return;
-	now = now_ms();
+	now = shunt_sys_now_ms();
 	if (now - last < DEFER_TICK_MS)
 		return;
 	last = now;

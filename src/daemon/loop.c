@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 #include "daemon/shuntd.h"
 
 /* Tags for the daemon's own descriptors; sessions are tagged with themselves. */
@@ -81,17 +82,9 @@ int shuntd_loop_init(struct shuntd *d)
 	return 0;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int shuntd_loop_run(struct shuntd *d)
 {
-	int64_t idle_since = now_ms();
+	int64_t idle_since = shunt_sys_now_ms();
 
 	while (!d->stopping) {
 		struct epoll_event evs[64];
@@ -99,7 +92,7 @@ int shuntd_loop_run(struct shuntd *d)
 		int n;
 
 		if (d->cfg.idle_exit_ms >= 0 && d->sessions.len == 0) {
-			int64_t left = idle_since + d->cfg.idle_exit_ms - now_ms();
+			int64_t left = idle_since + d->cfg.idle_exit_ms - shunt_sys_now_ms();
 
 			if (left <= 0) {
 				snprintf(d->stop_reason, sizeof(d->stop_reason),
@@ -176,7 +169,7 @@ int shuntd_loop_run(struct shuntd *d)
 		shuntd_chan_pages_tick(d);
 		empty_graves(d);
 		if (d->sessions.len)
-			idle_since = now_ms();
+			idle_since = shunt_sys_now_ms();
 	}
 	free(d->graves);
 	d->graves = NULL;

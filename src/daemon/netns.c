@@ -23,6 +23,7 @@
 #include <linux/sockios.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 #include "daemon/netns.h"
 
 enum {
@@ -77,14 +78,6 @@ int shuntd_netns_init(struct shuntd *d)
 	return 0;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void ns_world_wake_at(struct shuntd *d, int64_t at)
 {
 	struct netns_world *w = ns_world(d);
@@ -92,7 +85,7 @@ void ns_world_wake_at(struct shuntd *d, int64_t at)
 						.tv_nsec = (at % 1000) * 1000000 } };
 
 	/* Armed already for sooner: that wake settles this too (ns_sync looks at every view). */
-	if (w->wake_at && w->wake_at <= at && w->wake_at > now_ms())
+	if (w->wake_at && w->wake_at <= at && w->wake_at > shunt_sys_now_ms())
 		return;
 	w->wake_at = at;
 	timerfd_settime(w->timerfd, TFD_TIMER_ABSTIME, &its, NULL);

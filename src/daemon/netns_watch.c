@@ -26,6 +26,7 @@
 #include <linux/rtnetlink.h>
 
 #include "common/log.h"
+#include "common/sys.h"
 #include "daemon/netns.h"
 
 #ifndef SOL_NETLINK
@@ -591,14 +592,6 @@ bool ns_watch_refresh_link(struct shuntd *d, struct netns_view *v, struct ns_far
 	return true;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * Notifications were lost, or the socket broke: close it, to be made again
  * (and everything dumped) by ns_watch_revive. Made again at once the first
@@ -616,7 +609,7 @@ static void broke(struct shuntd *d, struct ns_sock *s)
 	s->failures++;
 	if (s->failures > 2)
 		wait = s->failures > 9 ? 1000 : 10ll << (s->failures - 3);
-	s->retry_at = now_ms() + wait;
+	s->retry_at = shunt_sys_now_ms() + wait;
 	w->dirty = true;
 	if (wait)
 		ns_world_wake_at(d, s->retry_at);
@@ -628,7 +621,7 @@ void ns_watch_revive(struct shuntd *d, struct ns_sock *s)
 
 	if (s->nl && s->reopen)
 		broke(d, s);
-	if (s->nl || !s->reopen || now_ms() < s->retry_at)
+	if (s->nl || !s->reopen || shunt_sys_now_ms() < s->retry_at)
 		return;
 	r = ns_watch_open(d, s);
 	if (r < 0) {
