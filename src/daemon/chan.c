@@ -26,17 +26,6 @@ enum {
 	ADOPT_MS = 100,		/* how long a channel's connection lasts before its companions */
 };
 
-static _Atomic uint32_t *slot_states(struct channel *ch)
-{
-	return (_Atomic uint32_t *)((char *)ch->hdr + shunt_chan_states_offset(ch->slots));
-}
-
-static struct shunt_circuit_hdr *slot_hdr(struct channel *ch, uint32_t i)
-{
-	return (struct shunt_circuit_hdr *)((char *)ch->hdr +
-					    shunt_chan_slot_offset(ch->slots, ch->ring_size, i));
-}
-
 static struct shunt_chan_entry *queue(struct channel *ch)
 {
 	return (struct shunt_chan_entry *)((char *)ch->hdr + shunt_chan_queue_offset());
@@ -99,7 +88,7 @@ static void chan_free(struct shuntd *d, struct channel *ch)
  */
 static bool seal(struct channel *ch)
 {
-	_Atomic uint32_t *st = slot_states(ch);
+	_Atomic uint32_t *st = shuntd_chan_states(ch);
 	bool idle = true;
 
 	for (uint32_t i = 0; i < ch->slots; i++) {
@@ -201,7 +190,7 @@ fail:
 static bool has_free_slot(struct channel *ch)
 {
 	for (uint32_t i = 0; i < ch->slots; i++)
-		if (shunt_slot_state(atomic_load_explicit(&slot_states(ch)[i],
+		if (shunt_slot_state(atomic_load_explicit(&shuntd_chan_states(ch)[i],
 							  memory_order_relaxed)) == SHUNT_SLOT_FREE)
 			return true;
 	return false;
@@ -273,7 +262,7 @@ static struct circuit *circuit_in_slot(struct shuntd *d, struct channel *ch, uin
 	c->id = ch->id_base + i;
 	c->ring_size = ch->ring_size;
 	c->memfd = -1;
-	c->hdr = slot_hdr(ch, i);
+	c->hdr = shuntd_chan_slot(ch, i);
 	c->chan = ch;
 	c->slot = i;
 	c->jfd[0] = c->jfd[1] = -1;
@@ -299,7 +288,7 @@ static bool slot_in_use(struct channel *ch, uint32_t slot, uint32_t gen)
 
 	if (slot >= ch->slots)
 		return false;
-	w = atomic_load(&slot_states(ch)[slot]);
+	w = atomic_load(&shuntd_chan_states(ch)[slot]);
 	return shunt_slot_state(w) == SHUNT_SLOT_USED && shunt_slot_gen(w) == gen;
 }
 
@@ -447,15 +436,15 @@ void shuntd_chan_slot_done(struct shuntd *d, struct circuit *c)
 {
 	struct channel *ch = c->chan;
 	uint32_t i = c->slot;
-	uint32_t w = atomic_load(&slot_states(ch)[i]);
+	uint32_t w = atomic_load(&shuntd_chan_states(ch)[i]);
 
 	ch->circ[i] = NULL;
 	ch->live--;
 	/* Its pages kept a while for the next connection, or given back now. */
 	shuntd_chan_pages_freed(d, ch, i);
 	/* S1: pairs with the client's acquire CAS when it takes the slot again. */
-	atomic_store_explicit(&slot_states(ch)[i], shunt_slot_word(shunt_slot_gen(w), SHUNT_SLOT_FREE),
-			      memory_order_release);
+	atomic_store_explicit(&shuntd_chan_states(ch)[i],
+			      shunt_slot_word(shunt_slot_gen(w), SHUNT_SLOT_FREE), memory_order_release);
 	chan_maybe_free(d, ch);
 }
 

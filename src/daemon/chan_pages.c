@@ -26,20 +26,15 @@ enum {
 	COOL_MS = 1000,
 };
 
-static char *slot_base(struct channel *ch, uint32_t i)
-{
-	return (char *)ch->hdr + shunt_chan_slot_offset(ch->slots, ch->ring_size, i);
-}
-
 static void empty_slot(struct channel *ch, uint32_t i)
 {
 	/* A filter or an old kernel: the pages stay, as before the first use. */
-	madvise(slot_base(ch, i), shunt_circuit_size(ch->ring_size), MADV_REMOVE);
+	madvise(shuntd_chan_slot(ch, i), shunt_circuit_size(ch->ring_size), MADV_REMOVE);
 }
 
 void shuntd_chan_pages_freed(struct shuntd *d, struct channel *ch, uint32_t i)
 {
-	struct shunt_circuit_hdr *hdr = (struct shunt_circuit_hdr *)slot_base(ch, i);
+	struct shunt_circuit_hdr *hdr = shuntd_chan_slot(ch, i);
 	bool warm = ch->warm != NULL;
 
 	for (unsigned r = 0; r < 2 && warm; r++) {
@@ -79,8 +74,7 @@ void shuntd_chan_pages_freed(struct shuntd *d, struct channel *ch, uint32_t i)
  */
 static void cool_slot(struct channel *ch, uint32_t i)
 {
-	_Atomic uint32_t *st = (_Atomic uint32_t *)((char *)ch->hdr +
-						    shunt_chan_states_offset(ch->slots)) + i;
+	_Atomic uint32_t *st = &shuntd_chan_states(ch)[i];
 	uint32_t w = atomic_load(st);
 	uint32_t gen = shunt_slot_gen(w);
 

@@ -279,6 +279,19 @@ struct channel {
 	struct shunt_list listener_node;	/* in listener->channels */
 };
 
+/* Channel @ch's slot state words (include/shunt/chan.h). */
+static inline _Atomic uint32_t *shuntd_chan_states(struct channel *ch)
+{
+	return (_Atomic uint32_t *)((char *)ch->hdr + shunt_chan_states_offset(ch->slots));
+}
+
+/* The circuit in slot @i of @ch, as mapped by shuntd. */
+static inline struct shunt_circuit_hdr *shuntd_chan_slot(struct channel *ch, uint32_t i)
+{
+	return (struct shunt_circuit_hdr *)((char *)ch->hdr +
+					    shunt_chan_slot_offset(ch->slots, ch->ring_size, i));
+}
+
 struct listener {
 	uint64_t id;
 	struct listener *port_next;	/* the next listener on its port, any namespace */
