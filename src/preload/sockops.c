@@ -797,26 +797,25 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	uint64_t listener = s->listener;
 
 	/* What our channels hold first, then what shuntd queued itself. */
-	r = accept_from_channels(s, fd, listener, addr, alen, flags);
-	if (r != -EAGAIN)
-		return r;
-	/*
-	 * Another acceptor (a prefork sibling woken by the same doorbell) took
-	 * what it counted: nothing is left for shuntd to hand out either.
-	 */
-	if (!doorbell_rings(s->doorbell))
-		return -EAGAIN;
-	/*
-	 * Most often a client between its count and its entry: woken by its
-	 * count, we may have taken its CPU. Give it back once, then look again
-	 * before a round trip through shuntd.
-	 */
-	shunt_syscall(SYS_sched_yield);
-	r = accept_from_channels(s, fd, listener, addr, alen, flags);
-	if (r != -EAGAIN)
-		return r;
-	if (!doorbell_rings(s->doorbell))
-		return -EAGAIN;
+	for (bool yielded = false;; yielded = true) {
+		r = accept_from_channels(s, fd, listener, addr, alen, flags);
+		if (r != -EAGAIN)
+			return r;
+		/*
+		 * Another acceptor (a prefork sibling woken by the same doorbell)
+		 * took what it counted: nothing is left for shuntd to hand out either.
+		 */
+		if (!doorbell_rings(s->doorbell))
+			return -EAGAIN;
+		if (yielded)
+			break;
+		/*
+		 * Most often a client between its count and its entry: woken by
+		 * its count, we may have taken its CPU. Give it back once, then
+		 * look again before a round trip through shuntd.
+		 */
+		shunt_syscall(SYS_sched_yield);
+	}
 	shunt_stats.accept_asks++;
 	r = shunt_ctl_accept(fd, listener, &g);
 	while (r == SHUNT_USE_CHANNEL) {
