@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/futex.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 
 static inline long shunt_sys_ret(long r)
@@ -151,6 +152,24 @@ static inline void shunt_eventfd_signal(int efd)
 {
 	uint64_t one = 1;
 	(void)!shunt_syscall(SYS_write, efd, &one, sizeof(one));
+}
+
+/*
+ * Take 1 from an EFD_SEMAPHORE eventfd if it has any, without waiting even
+ * when another holder of the file cleared its O_NONBLOCK (RWF_NOWAIT;
+ * offset -1 is the file's own, as read's). A kernel or seccomp filter that
+ * refuses that gets the plain read. Whether one was taken.
+ */
+static inline bool shunt_eventfd_take(int efd)
+{
+	uint64_t v;
+	struct iovec io = { &v, sizeof(v) };
+	long r = shunt_syscall(SYS_preadv2, efd, &io, 1, -1L, 0L, RWF_NOWAIT);
+
+	if (r < 0 && (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS ||
+		      errno == SHUNT_SYS_DENIED))
+		r = shunt_syscall(SYS_read, efd, &v, sizeof(v));
+	return r == sizeof(v);
 }
 
 #endif

@@ -566,7 +566,7 @@ static struct shunt_chan *oldest(uint64_t listener)
 /* Take the entry at @ch's head, under its acceptors' lock. 0, or -EAGAIN if none. */
 static int take(struct shunt_chan *ch, int doorbell, struct shunt_chan_entry *en)
 {
-	uint64_t head, tail, one;
+	uint64_t head, tail;
 	bool other;
 	int r = -EAGAIN;
 
@@ -586,7 +586,7 @@ static int take(struct shunt_chan *ch, int doorbell, struct shunt_chan_entry *en
 		 * ringing knows that something else rang it (shuntd's own
 		 * queue), and does not ask shuntd for what we took.
 		 */
-		(void)!shunt_syscall(SYS_read, doorbell, &one, sizeof(one));
+		shunt_eventfd_take(doorbell);
 		/* Q1: pairs with the client's acquire of head before it writes this entry again. */
 		atomic_store_explicit(&ch->hdr->head, head + 1, memory_order_release);
 		r = 0;

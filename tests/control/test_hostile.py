@@ -458,10 +458,7 @@ CHAN_MODES = [
         "preload/chan.c take(): each entry taken reads a count off the doorbell, so an "
         "entry queued without one uses up an honest connection's, and an acceptor asleep "
         "on the doorbell is not woken for that connection")),
-    pytest.param("chan-block", "nonblock", marks=known_bug(
-        "preload/chan.c take(): a client can clear the doorbell file's O_NONBLOCK; the "
-        "acceptor's read of a count, under the queue's lock, then waits for the next "
-        "honest count, which it steals")),
+    ("chan-block", "nonblock"),
     ("chan-v6-peer", "block"), ("chan-kernel-bit", "nonblock"),
 ]
 
