@@ -234,6 +234,8 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 			shuntd_chan_reply(s, ch, SHUNT_MSG_ACCEPT, m->h.seq, NULL, -1);
 			return;
 		}
+		/* Nothing for it anywhere: what rang is to spare. */
+		shuntd_listener_settle(l);
 		r = -EAGAIN;
 	}
 	if (r < 0) {

@@ -21,6 +21,11 @@
 #include "common/sys.h"
 #include "daemon/shuntd.h"
 
+enum {
+	/* Counts to spare taken off a doorbell per question: a flood stays bounded work. */
+	SETTLE_MAX = 64,
+};
+
 static void reply_listen(struct session *s, uint32_t seq, uint64_t id, int doorbell)
 {
 	struct shunt_msg_listen_reply r;
@@ -513,6 +518,22 @@ void shuntd_listener_admit(struct shuntd *d, struct listener *l)
 		shuntd_listener_enqueue(d, l, c);
 		shuntd_circuit_set_setup(d, c, SHUNT_SETUP_ESTABLISHED);
 	}
+}
+
+void shuntd_listener_settle(struct listener *l)
+{
+	uint32_t taken = 0, owed;
+
+	while (taken < SETTLE_MAX && shuntd_efd_take(l->doorbell))
+		taken++;
+	/*
+	 * A client counts its entry after queueing it: the count of one still
+	 * queued was there before the entry was, so the queues, read after
+	 * the counts, show it (and at most the slots of the channels).
+	 */
+	owed = l->queued + shuntd_chan_queued(l);
+	for (uint32_t i = 0; i < taken && i < owed; i++)
+		shuntd_efd_ring(l->doorbell);
 }
 
 /*

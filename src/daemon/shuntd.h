@@ -461,6 +461,14 @@ struct listener *shuntd_listener_match(struct shuntd *d, struct netns *from, uin
 /* Move circuits from the SYN queue into free accept-queue room. */
 void shuntd_listener_admit(struct shuntd *d, struct listener *l);
 /*
+ * The doorbell of @l rings with nothing queued for the acceptor that asked:
+ * take what it counts beyond what is queued (up to SETTLE_MAX at a time),
+ * so that poll() and epoll no longer say the listener is readable. Counts
+ * to spare come from a client whose entry was taken before it counted it,
+ * entries dropped as spoilt, or a process ringing the doorbell.
+ */
+void shuntd_listener_settle(struct listener *l);
+/*
  * Queue an established circuit @c on @l: acceptable at once, or after its
  * first byte (or FIN, or the timeout) with TCP_DEFER_ACCEPT.
  */

@@ -369,16 +369,15 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 	q->queued_ns = shunt_now_ns();
 	q->client = local;
 	q->dst = *dst;
-	/*
-	 * Counted on the doorbell before it can be taken, so that the count
-	 * never falls short of what is there: an acceptor woken by it finds
-	 * the entry, or finds it a moment later (or asks shuntd meanwhile,
-	 * which answers EAGAIN; a stopped one is given up on: control.c).
-	 */
-	shunt_eventfd_signal(ch->doorbell);
 	/* Q2: pairs with the acceptor's acquire of tail: the entry and the slot are written. */
 	atomic_store_explicit(&ch->hdr->tail, tail + 1, memory_order_release);
 	pthread_mutex_unlock(&tx_lock);
+	/*
+	 * Counted on the doorbell once it can be taken, so that an acceptor
+	 * woken by the count finds the entry (or finds it taken), and a count
+	 * with no entry to see is one to spare (docs/connect.md, "The doorbell").
+	 */
+	shunt_eventfd_signal(ch->doorbell);
 
 	je.channel = ch->id;
 	je.slot = (uint32_t)slot;
@@ -580,11 +579,13 @@ static int take(struct shunt_chan *ch, int doorbell, struct shunt_chan_entry *en
 	} else if (tail != head) {
 		memcpy(en, &queue(ch)[head % ch->slots], sizeof(*en));
 		/*
-		 * Each queued entry was counted once, just before it was queued.
-		 * Counted off before the entry is seen gone, so that another
-		 * acceptor that finds the queue empty and the doorbell still
-		 * ringing knows that something else rang it (shuntd's own
-		 * queue), and does not ask shuntd for what we took.
+		 * Each queued entry is counted once, just after it was queued:
+		 * its count may not be there yet (the read finds none, and the
+		 * count comes to spare). Counted off before the entry is seen
+		 * gone, so that another acceptor that finds the queue empty and
+		 * the doorbell still ringing knows that something else rang it
+		 * (shuntd's own queue, or a count to spare), and does not ask
+		 * shuntd for what we took.
 		 */
 		shunt_eventfd_take(doorbell);
 		/* Q1: pairs with the client's acquire of head before it writes this entry again. */

@@ -785,7 +785,7 @@ static bool doorbell_rings(int bell)
  * Hand out a circuit queued on our listener as a new socket. The doorbell
  * counts what is queued, in our channels and at shuntd (docs/connect.md,
  * "The doorbell"): a doorbell still ringing with our channels empty means
- * shuntd may hold one, or a client is between its count and its entry.
+ * shuntd may hold one, or the count is one to spare.
  */
 static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 			  int flags)
@@ -810,9 +810,9 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		if (yielded)
 			break;
 		/*
-		 * Most often a client between its count and its entry: woken by
-		 * its count, we may have taken its CPU. Give it back once, then
-		 * look again before a round trip through shuntd.
+		 * A sibling in the middle of taking an entry (it holds the
+		 * queue's lock), or a count to spare: give the CPU away once,
+		 * then look again before a round trip through shuntd.
 		 */
 		shunt_syscall(SYS_sched_yield);
 	}
@@ -829,9 +829,18 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	}
 	if (r == -ETIMEDOUT || r == -ENOTCONN)
 		return -EAGAIN;
-	/* The doorbell rang, and nobody holds anything for it (shunt_op_accept). */
-	if (r == -EAGAIN)
-		return -EALREADY;
+	if (r == -EAGAIN) {
+		/*
+		 * The doorbell rang, and nobody held anything for it: shuntd took
+		 * the counts to spare. Still ringing: a new connection's count
+		 * (its entry is there), or more than shuntd takes at once
+		 * (shunt_op_accept's @stale).
+		 */
+		r = accept_from_channels(s, fd, listener, addr, alen, flags);
+		if (r != -EAGAIN)
+			return r;
+		return doorbell_rings(s->doorbell) ? -EALREADY : -EAGAIN;
+	}
 	if (r == -ENOENT) {
 		/*
 		 * shuntd no longer knows the registration (another thread shut

@@ -442,11 +442,7 @@ DRAINED = ("preload/sockops.c shunt_op_accept(): an entry whose count another ho
 
 CHAN_MODES = [
     ("chan-indices", "block"),
-    pytest.param("chan-entries", "nonblock", marks=known_bug(
-        "preload/sockops.c accept_circuit(): counts of spoilt entries stay on the doorbell, "
-        "so poll/epoll show the listener readable and a non-blocking accept() loop asks "
-        "shuntd again and again (EAGAIN); the blocking accept() backs off (10 ms), a "
-        "non-blocking one cannot. Fails in some runs and not others", strict=False)),
+    ("chan-entries", "nonblock"),
     ("chan-states", "block"),
     ("chan-header", "nonblock"), ("chan-lock-dead", "block"),
     pytest.param("chan-lock-foreign", "nonblock", marks=known_bug(
