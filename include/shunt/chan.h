@@ -27,7 +27,7 @@
 #include "shunt/proto.h"
 
 #define SHUNT_CHAN_MAGIC 0x6e616863u /* "chan" little-endian */
-#define SHUNT_CHAN_VERSION 1u
+#define SHUNT_CHAN_VERSION 2u
 
 enum shunt_chan_geometry {
 	SHUNT_CHAN_SLOTS_MIN = 16,
@@ -69,7 +69,7 @@ static inline uint32_t shunt_slot_state(uint32_t word)
 
 /*
  * One queued connection. The client fills it in before it moves the tail
- * past it; an acceptor reads it after taking it under the queue lock.
+ * past it; an acceptor reads it before its compare-and-swap of head takes it.
  */
 struct shunt_chan_entry {
 	uint32_t slot;
@@ -95,18 +95,19 @@ struct shunt_chan_hdr {
 	_Atomic uint32_t max_queued;	/* the listener's backlog + 1, as listen() set it */
 	/* Written by the client: where its next entry goes (free-running). */
 	alignas(SHUNT_SHARE_APART) _Atomic uint64_t tail;
-	/* Written by the acceptor holding the lock: the next entry to take. */
+	/*
+	 * Written by the acceptors (several processes may hold the listener):
+	 * the next entry to take; an acceptor takes it by moving head past
+	 * it with a compare-and-swap.
+	 */
 	alignas(SHUNT_SHARE_APART) _Atomic uint64_t head;
-	/* The acceptors' lock on head (common/lock.h: several processes may hold the listener). */
-	alignas(SHUNT_SHARE_APART) _Atomic uint32_t lock;
 };
 
-_Static_assert(offsetof(struct shunt_chan_hdr, state) == 1 * SHUNT_SHARE_APART, "v1");
-_Static_assert(offsetof(struct shunt_chan_hdr, tail) == 2 * SHUNT_SHARE_APART, "v1");
-_Static_assert(offsetof(struct shunt_chan_hdr, head) == 3 * SHUNT_SHARE_APART, "v1");
-_Static_assert(offsetof(struct shunt_chan_hdr, lock) == 4 * SHUNT_SHARE_APART, "v1");
-_Static_assert(sizeof(struct shunt_chan_hdr) == 5 * SHUNT_SHARE_APART, "v1");
-_Static_assert(sizeof(struct shunt_chan_entry) == 80, "v1");
+_Static_assert(offsetof(struct shunt_chan_hdr, state) == 1 * SHUNT_SHARE_APART, "v2");
+_Static_assert(offsetof(struct shunt_chan_hdr, tail) == 2 * SHUNT_SHARE_APART, "v2");
+_Static_assert(offsetof(struct shunt_chan_hdr, head) == 3 * SHUNT_SHARE_APART, "v2");
+_Static_assert(sizeof(struct shunt_chan_hdr) == 4 * SHUNT_SHARE_APART, "v2");
+_Static_assert(sizeof(struct shunt_chan_entry) == 80, "v2");
 _Static_assert(SHUNT_CHAN_SLOTS_MAX <= 1 << 16, "slot ids fit shunt_chan_id_base's 16 bits");
 
 /*

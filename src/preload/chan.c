@@ -16,7 +16,6 @@
 #include "common/addr.h"
 #include "common/bind_port.h"
 #include "common/circuit.h"
-#include "common/lock.h"
 #include "common/log.h"
 #include "common/memfd.h"
 #include "common/sys.h"
@@ -30,6 +29,11 @@
 #include "preload/util.h"
 #include "preload/wait.h"
 #include "shunt/chan.h"
+
+enum {
+	TAKE_TRIES = 16,	/* compare-and-swaps of a channel's head lost before take gives up */
+	SKIP_MAX = 16,		/* channels that gave nothing good before an accept gives up */
+};
 
 struct shunt_chan {
 	struct shunt_chan_hdr *hdr;	/* all of it, mapped */
@@ -537,8 +541,20 @@ out:
 	return ok;
 }
 
-/* The channel of @listener whose oldest queued connection is the oldest, with a reference. */
-static struct shunt_chan *oldest(uint64_t listener)
+/* Whether @id is one of the @n in @ids. */
+static bool among(uint64_t id, const uint64_t *ids, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/*
+ * The channel of @listener whose oldest queued connection is the oldest,
+ * with a reference; none of the @nskip channels @skip.
+ */
+static struct shunt_chan *oldest(uint64_t listener, const uint64_t *skip, int nskip)
 {
 	struct shunt_chan *ch, *best = NULL;
 	int64_t best_ns = 0;
@@ -548,7 +564,7 @@ static struct shunt_chan *oldest(uint64_t listener)
 	for (ch = acceptors; ch; ch = ch->next) {
 		int64_t ns;
 
-		if (ch->listener != listener || !queued(ch, &head))
+		if (ch->listener != listener || !queued(ch, &head) || among(ch->id, skip, nskip))
 			continue;
 		ns = queue(ch)[head % ch->slots].queued_ns;
 		if (!best || ns < best_ns) {
@@ -562,38 +578,41 @@ static struct shunt_chan *oldest(uint64_t listener)
 	return best;
 }
 
-/* Take the entry at @ch's head, under its acceptors' lock. 0, or -EAGAIN if none. */
-static int take(struct shunt_chan *ch, int doorbell, struct shunt_chan_entry *en)
+/*
+ * Take the entry at @ch's head: the acceptor whose compare-and-swap moves
+ * head past it owns it. No lock, so nothing a client (which can write
+ * every word of the channel) does can make an acceptor wait; a head it
+ * keeps moving makes us give up after TAKE_TRIES. 0, or -EAGAIN.
+ */
+static int take(struct shunt_chan *ch, struct shunt_chan_entry *en)
 {
-	uint64_t head, tail;
-	bool other;
-	int r = -EAGAIN;
+	_Atomic uint64_t *headp = &ch->hdr->head;
 
-	if (shunt_lock(&ch->hdr->lock, shunt_pid, 0, &other) < 0)
-		return -EAGAIN;
-	head = atomic_load_explicit(&ch->hdr->head, memory_order_relaxed);
-	tail = atomic_load_explicit(&ch->hdr->tail, memory_order_acquire);
-	if (tail - head > ch->slots) {
-		/* Indices a client spoilt: what lies between is not to be trusted. */
-		atomic_store_explicit(&ch->hdr->head, tail, memory_order_release);
-	} else if (tail != head) {
-		memcpy(en, &queue(ch)[head % ch->slots], sizeof(*en));
+	for (int i = 0; i < TAKE_TRIES; i++) {
+		uint64_t head = atomic_load_explicit(headp, memory_order_acquire);
+		/* Q2 (acquire): the entries before tail are written. */
+		uint64_t tail = atomic_load_explicit(&ch->hdr->tail, memory_order_acquire);
+
+		if (tail == head)
+			return -EAGAIN;
+		if (tail - head > ch->slots) {
+			/* Indices a client spoilt: what lies between is not to be trusted. */
+			atomic_compare_exchange_strong(headp, &head, tail);
+			return -EAGAIN;
+		}
 		/*
-		 * Each queued entry is counted once, just after it was queued:
-		 * its count may not be there yet (the read finds none, and the
-		 * count comes to spare). Counted off before the entry is seen
-		 * gone, so that another acceptor that finds the queue empty and
-		 * the doorbell still ringing knows that something else rang it
-		 * (shuntd's own queue, or a count to spare), and does not ask
-		 * shuntd for what we took.
+		 * Copied before it is ours: a client writes this entry again
+		 * only once head moved past it, and then our swap fails.
 		 */
-		shunt_eventfd_take(doorbell);
+		memcpy(en, &queue(ch)[head % ch->slots], sizeof(*en));
 		/* Q1: pairs with the client's acquire of head before it writes this entry again. */
-		atomic_store_explicit(&ch->hdr->head, head + 1, memory_order_release);
-		r = 0;
+		if (!atomic_compare_exchange_strong_explicit(headp, &head, head + 1,
+							     memory_order_acq_rel,
+							     memory_order_acquire))
+			continue;
+		return 0;
 	}
-	shunt_unlock(&ch->hdr->lock, shunt_pid);
-	return r;
+	return -EAGAIN;
 }
 
 void shunt_chan_journal(struct shunt_journal_entry *je, int fd, uint64_t inode)
@@ -641,10 +660,19 @@ int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, in
 	struct shunt_chan_entry en;
 	struct shunt_chan *ch;
 
-	while ((ch = oldest(listener))) {
+	/*
+	 * A channel that gave nothing good is left for the next call: a client
+	 * that keeps queueing garbage (or moving head) in its own channel
+	 * cannot hold up the connections of the others.
+	 */
+	uint64_t skip[SKIP_MAX];
+	int nskip = 0;
+
+	while (nskip < SKIP_MAX && (ch = oldest(listener, skip, nskip))) {
 		uint32_t w;
 
-		if (take(ch, doorbell, &en) < 0) {
+		if (take(ch, &en) < 0) {
+			skip[nskip++] = ch->id;
 			shunt_chan_put(ch);
 			continue;
 		}
@@ -655,9 +683,21 @@ int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, in
 		    shunt_slot_gen(w) != en.gen || shunt_addr_check(&en.client) < 0 ||
 		    shunt_addr_check(&en.dst) < 0 || !fits(laddr, &en.client) ||
 		    !fits(laddr, &en.dst)) {
+			skip[nskip++] = ch->id;
 			shunt_chan_put(ch);
 			continue;
 		}
+		/*
+		 * Its count, which its client made just after queueing it: it
+		 * may not be there yet (the read finds none, and the count comes
+		 * to spare: shuntd_listener_settle). Only a good entry's: one
+		 * that was never counted (a head moved back over taken entries)
+		 * must not use up an honest connection's; a spoilt one's count
+		 * is left to spare. Another acceptor that finds the queue empty
+		 * while this count is still there yields once and looks again
+		 * before it asks shuntd.
+		 */
+		shunt_eventfd_take(doorbell);
 		shunt_addr_ends(&en.client, &en.dst, laddr, ends, peers);
 		atomic_store(&slot_hdr(ch, en.slot)->end[SHUNT_END_ACCEPTOR].holders, 1);
 		memset(je, 0, sizeof(*je));

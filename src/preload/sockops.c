@@ -810,9 +810,9 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		if (yielded)
 			break;
 		/*
-		 * A sibling in the middle of taking an entry (it holds the
-		 * queue's lock), or a count to spare: give the CPU away once,
-		 * then look again before a round trip through shuntd.
+		 * A sibling that took an entry and has not counted it off yet,
+		 * or a count to spare: give the CPU away once, then look again
+		 * before a round trip through shuntd.
 		 */
 		shunt_syscall(SYS_sched_yield);
 	}
@@ -959,8 +959,8 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			p[0] = (struct pollfd){ kfd, POLLIN, 0 };
 			p[1] = (struct pollfd){ s->doorbell, POLLIN, 0 };
 			/*
-			 * A connection queued in our channels was counted on the
-			 * doorbell before it was queued: shared memory says what
+			 * A connection queued in our channels is (or is about to
+			 * be) counted on the doorbell: shared memory says what
 			 * the poll would.
 			 */
 			if (!lost && shunt_chan_pending(s->listener)) {

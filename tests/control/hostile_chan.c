@@ -18,8 +18,10 @@
  *                   max_queued
  *   chan-kernel-bit valid connections whose acceptor end says KERNEL (only
  *                   shuntd may say that)
- *   chan-lock-dead  the acceptors' lock held by a process that is gone
- *   chan-lock-foreign ... by live processes (this one, then init)
+ *   chan-head       the queue's head moved back over and over while the
+ *                   victim takes entries (which it does by a
+ *                   compare-and-swap of head), so that what it takes is
+ *                   taken again, or its swaps fail
  *   chan-doorbell   the doorbell (every eventfd we hold) rung without
  *                   queueing anything; last, left at 2^40 counts
  *   chan-drain      the doorbell's counts read off as they come
@@ -450,20 +452,21 @@ static void round_kernel_bit(struct hostile_chan *c)
 				SHUNT_END_KERNEL);
 }
 
-static void stamp_lock(struct hostile_chan *c, uint32_t owner)
+/* Head set a few entries behind the tail, many times: taken entries look queued again. */
+static void move_head(struct hostile_chan *c, int times)
 {
-	atomic_store(&c->hdr->lock, (owner & 0x3fffffffu) | (1u << 30) |
-				    (rnd32() % 2 ? 1u << 31 : 0));
+	for (int i = 0; i < times; i++) {
+		atomic_store(&c->hdr->head, atomic_load(&c->hdr->tail) - 1 - rnd32() % 4);
+		for (int spin = rnd32() % 64; spin > 0; spin--)
+			__asm__ volatile("" ::: "memory");
+	}
 }
 
-static void round_lock(struct hostile_chan *c, bool dead, bool second_half)
+static void round_head(struct hostile_chan *c)
 {
-	if (dead)
-		stamp_lock(c, (uint32_t)dead_pid());
-	else	/* ourselves while we live, then init, which never exits */
-		stamp_lock(c, second_half ? 1u : (uint32_t)getpid());
-	/* Something to take: the victim needs the lock for it. */
-	push_entries(c, 1, rnd32() % 2 ? E_VALID : E_SLOT_RANGE, false);
+	/* Something to take, counted, so that the victim is at it as we move head. */
+	push_entries(c, 1 + rnd32() % 3, rnd32() % 2 ? E_VALID : E_SLOT_RANGE, false);
+	move_head(c, 2000);
 }
 
 static void round_doorbell(struct hostile_chan *c)
@@ -493,7 +496,7 @@ static void round_block(struct hostile_chan *c)
 	push_entries(c, 1 + rnd32() % 3, rnd32() % 2 ? E_SLOT_RANGE : E_GEN, false);
 }
 
-static void one_round(struct hostile_chan *c, const char *mode, bool second_half)
+static void one_round(struct hostile_chan *c, const char *mode)
 {
 	if (!strcmp(mode, "chan-indices"))
 		round_indices(c);
@@ -507,10 +510,8 @@ static void one_round(struct hostile_chan *c, const char *mode, bool second_half
 		round_header(c);
 	else if (!strcmp(mode, "chan-kernel-bit"))
 		round_kernel_bit(c);
-	else if (!strcmp(mode, "chan-lock-dead"))
-		round_lock(c, true, second_half);
-	else if (!strcmp(mode, "chan-lock-foreign"))
-		round_lock(c, false, second_half);
+	else if (!strcmp(mode, "chan-head"))
+		round_head(c);
 	else if (!strcmp(mode, "chan-doorbell"))
 		round_doorbell(c);
 	else if (!strcmp(mode, "chan-drain"))
@@ -526,8 +527,14 @@ static void one_round(struct hostile_chan *c, const char *mode, bool second_half
 /* After the garbage, until killed: the lies that would stall the victim most. */
 static void keep_lying(struct hostile_chan *c, const char *mode)
 {
-	if (!strcmp(mode, "chan-lock-foreign")) {
-		stamp_lock(c, 1);
+	if (!strcmp(mode, "chan-head")) {
+		/*
+		 * Counted, so that the victim comes to take it, and then head
+		 * moved without a pause worth the name: an acceptor that never
+		 * gives up on this channel does not return while we live.
+		 */
+		push_entries(c, 1, E_SLOT_RANGE, false);
+		move_head(c, 200000);
 	} else if (!strcmp(mode, "chan-drain")) {
 		drain_bells(c, 1000);
 	}
@@ -568,13 +575,11 @@ _Noreturn void hostile_chan_run(int fd, int port, const char *mode, int64_t ms)
 {
 	struct hostile_chan c = hostile_chan_map(port);
 	int64_t start = now_ms();
-	bool lock_mode = !strncmp(mode, "chan-lock-", 10);
 
 	(void)fd;	/* kept open: our own connection stays */
 	while (now_ms() - start < ms) {
-		one_round(&c, mode, now_ms() - start > ms / 2);
-		/* The lock modes re-stamp after the victim took a dead owner's lock over. */
-		nap_us(lock_mode ? 5000 : 300);
+		one_round(&c, mode);
+		nap_us(300);
 	}
 	event("{\"event\": \"done\", \"claimed\": %u}", c.claimed);
 	for (;;) {

@@ -444,16 +444,13 @@ CHAN_MODES = [
     ("chan-indices", "block"),
     ("chan-entries", "nonblock"),
     ("chan-states", "block"),
-    ("chan-header", "nonblock"), ("chan-lock-dead", "block"),
-    pytest.param("chan-lock-foreign", "nonblock", marks=known_bug(
-        "preload/chan.c take(): accept() waits for the acceptors' lock of a channel with no "
-        "deadline, so a live process holding it stalls every accept() of the listener")),
+    ("chan-header", "nonblock"), ("chan-head", "block"), ("chan-head", "nonblock"),
     ("chan-doorbell", "block"),
     pytest.param("chan-drain", "nonblock", marks=known_bug(DRAINED, strict=False)),
     pytest.param("chan-uncounted", "block", marks=known_bug(
-        "preload/chan.c take(): each entry taken reads a count off the doorbell, so an "
-        "entry queued without one uses up an honest connection's, and an acceptor asleep "
-        "on the doorbell is not woken for that connection")),
+        "preload/chan.c shunt_chan_accept(): each good entry taken reads a count off the "
+        "doorbell, so a valid entry queued without one uses up an honest connection's, and "
+        "an acceptor asleep on the doorbell is not woken for that connection")),
     ("chan-block", "nonblock"),
     ("chan-v6-peer", "block"), ("chan-kernel-bit", "nonblock"),
 ]
@@ -632,7 +629,7 @@ def check_nothing_left(daemon, shunt):
 def test_garbage_in_the_channel(world, mode, accept):
     """A hostile client spoils the channel it shares with the victim's
     listener (queue indices and entries, slot states, the header, the
-    acceptors' lock, the doorbell) while honest clients of another process
+    queue's head as acceptors take entries, the doorbell) while honest clients of another process
     connect to the same listener through channels of their own: every
     honest connection is accepted and echoed in time, nothing the hostile
     wrote reaches the victim as an honest connection, a blocking accept()
