@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -286,6 +287,7 @@ class Runner:
             env = dict(env)
             env["SHUNT_STATS"] = os.path.join(d, "client-%s.jsonl" % m.name)
         t0 = time.monotonic()
+        usage0 = children_usage()
         proc = spawn(cmd, env)
         timeout = m.timeout(a.quick)
         try:
@@ -307,6 +309,8 @@ class Runner:
             errors.append("client exit %d: %s" % (rc, (err.strip() or out.strip())[-300:]))
         try:
             rec["metrics"] = m.parse(out, err)
+            rec["metrics"].update(usage_per_request(usage0, children_usage(),
+                                                    rec["metrics"].get("requests"), "client"))
         except ParseError as e:
             errors.append(str(e))
         if mode == "shunt":
@@ -353,7 +357,13 @@ class Runner:
                     errors.append("server exited (%s) during %s" % (server.returncode, m.name))
                     break
         finally:
+            usage0 = children_usage()
             rec["server_rc"], stop_err = self.stop_server(server, prog)
+        # One measurement: the server's whole life was spent on its requests.
+        ms = rec["measurements"]
+        if len(ms) == 1 and ms[0].get("metrics"):
+            ms[0]["metrics"].update(usage_per_request(usage0, children_usage(),
+                                                      ms[0]["metrics"].get("requests"), "server"))
         if stop_err:
             errors.append(stop_err)
         rec["wall_s"] = round(time.monotonic() - t0, 3)
@@ -398,6 +408,24 @@ class Runner:
             pass
         server.wait()
         return server.returncode, err
+
+
+def children_usage():
+    """CPU seconds and voluntary / involuntary context switches of every
+    child reaped so far (and of what they reaped: nginx's master reaps its
+    workers), so that a difference covers the children reaped between."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"cpu_s": r.ru_utime + r.ru_stime, "vcsw": r.ru_nvcsw, "ivcsw": r.ru_nivcsw}
+
+
+def usage_per_request(before, after, requests, who):
+    """Metrics: @who's CPU time (us) and context switches per request
+    between two children_usage() readings."""
+    if not requests:
+        return {}
+    return {"%s_cpu_us_per_req" % who: round((after["cpu_s"] - before["cpu_s"]) * 1e6 / requests, 2),
+            "%s_vcsw_per_req" % who: round((after["vcsw"] - before["vcsw"]) / requests, 3),
+            "%s_ivcsw_per_req" % who: round((after["ivcsw"] - before["ivcsw"]) / requests, 3)}
 
 
 def tail_files(d, names):
