@@ -653,6 +653,24 @@ static bool fits(const struct shunt_wire_addr *laddr, const struct shunt_wire_ad
 	return laddr->family != AF_INET || a->family == AF_INET || shunt_addr_is_v4mapped(a);
 }
 
+/*
+ * Whether entry @en, taken from @ch (its client wrote it), names a
+ * connection to accept on a listener bound to @laddr: a slot in use in the
+ * generation it names, with addresses such a listener's connection has.
+ */
+static bool entry_good(struct shunt_chan *ch, const struct shunt_chan_entry *en,
+		       const struct shunt_wire_addr *laddr)
+{
+	uint32_t w;
+
+	if (en->slot >= ch->slots)
+		return false;
+	w = atomic_load(&slot_states(ch)[en->slot]);
+	return shunt_slot_state(w) == SHUNT_SLOT_USED && shunt_slot_gen(w) == en->gen &&
+	       shunt_addr_check(&en->client) == 0 && shunt_addr_check(&en->dst) == 0 &&
+	       fits(laddr, &en->client) && fits(laddr, &en->dst);
+}
+
 int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
 		      struct shunt_conn **out, struct shunt_journal_entry *je)
 {
@@ -669,20 +687,11 @@ int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, in
 	int nskip = 0;
 
 	while (nskip < SKIP_MAX && (ch = oldest(listener, skip, nskip))) {
-		uint32_t w;
+		bool taken = take(ch, &en) == 0;
 
-		if (take(ch, &en) < 0) {
-			skip[nskip++] = ch->id;
-			shunt_chan_put(ch);
-			continue;
-		}
-		if (ch->orphan)
+		if (taken && ch->orphan)
 			drop_orphan(ch);
-		w = en.slot < ch->slots ? atomic_load(&slot_states(ch)[en.slot]) : 0;
-		if (en.slot >= ch->slots || shunt_slot_state(w) != SHUNT_SLOT_USED ||
-		    shunt_slot_gen(w) != en.gen || shunt_addr_check(&en.client) < 0 ||
-		    shunt_addr_check(&en.dst) < 0 || !fits(laddr, &en.client) ||
-		    !fits(laddr, &en.dst)) {
+		if (!taken || !entry_good(ch, &en, laddr)) {
 			skip[nskip++] = ch->id;
 			shunt_chan_put(ch);
 			continue;
