@@ -12,6 +12,12 @@
  * LISTEN that made them is answered (a connect after listen() returned
  * sees them) and cleared when the last such listener goes; a stale bit
  * only costs a question.
+ *
+ * It also holds, per listener, how many channels shuntd has made to it
+ * (include/shunt/chan.h), so that an acceptor learns of a new client's
+ * channel from memory no client can write: a count on the listener's
+ * doorbell, which a client rings and an acceptor takes, can be used up by
+ * a client's entry that never rang it (docs/connect.md, "The doorbell").
  */
 #ifndef SHUNT_DIRECTORY_H
 #define SHUNT_DIRECTORY_H
@@ -23,10 +29,11 @@
 #include "shunt/circuit.h"
 
 #define SHUNT_DIRECTORY_MAGIC 0x72696473u /* "sdir" little-endian */
-#define SHUNT_DIRECTORY_VERSION 1u
+#define SHUNT_DIRECTORY_VERSION 2u
 
 enum shunt_directory_geometry {
 	SHUNT_DIRECTORY_WORDS = 65536 / 64,	/* one bit per port */
+	SHUNT_DIRECTORY_EPOCHS = 4096,		/* channel epochs, by listener id */
 };
 
 struct shunt_directory {
@@ -40,6 +47,14 @@ struct shunt_directory {
 	 * it. A listener bound to loopback alone sets only its bit in @any.
 	 */
 	_Atomic uint64_t wide[SHUNT_DIRECTORY_WORDS];
+	/*
+	 * Listener l's channel epoch is chan_epoch[l % SHUNT_DIRECTORY_EPOCHS]
+	 * (l its id at shuntd): bumped each time shuntd makes a channel to it,
+	 * before the client that asked can queue anything there. Listeners
+	 * whose ids share an entry share the epoch; one bumped for another
+	 * only costs a question.
+	 */
+	alignas(SHUNT_SHARE_APART) _Atomic uint32_t chan_epoch[SHUNT_DIRECTORY_EPOCHS];
 };
 
 static inline size_t shunt_directory_size(void)

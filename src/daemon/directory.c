@@ -61,3 +61,12 @@ void shuntd_directory_listener(const struct shunt_wire_addr *addr, int delta)
 	if (!shunt_addr_is_loopback(addr))
 		count(count_wide, dir->wide, addr->port, delta);
 }
+
+void shuntd_directory_channel(uint64_t listener)
+{
+	if (!dir)
+		return;
+	/* Before the CONNECT reply that lets the client queue in it. */
+	atomic_fetch_add_explicit(&dir->chan_epoch[listener % SHUNT_DIRECTORY_EPOCHS], 1,
+				  memory_order_release);
+}

@@ -643,6 +643,8 @@ int shuntd_companion_release(struct circuit *c, const int kfd[2]);
 int shuntd_directory_init(void);
 int shuntd_directory_fd(void);
 void shuntd_directory_listener(const struct shunt_wire_addr *addr, int delta);
+/* shuntd made a channel to listener @listener: bump its epoch in the directory. */
+void shuntd_directory_channel(uint64_t listener);
 
 /* shm.c: a sealed, anonymous memfd of @size bytes, or -errno */
 int shuntd_memfd_sealed(const char *name, size_t size);

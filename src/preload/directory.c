@@ -60,3 +60,14 @@ bool shunt_directory_nobody_listens(const struct shunt_wire_addr *dst)
 	return !(atomic_load_explicit(&bits[dst->port / 64], memory_order_acquire) &
 		 (1ull << (dst->port % 64)));
 }
+
+uint32_t shunt_directory_chan_epoch(uint64_t listener)
+{
+	const struct shunt_directory *d = atomic_load_explicit(&dir, memory_order_acquire);
+
+	if (!d || !atomic_load_explicit(&dir_valid, memory_order_acquire))
+		return 0;
+	/* Pairs with shuntd's release as it made the channel, before the client could queue. */
+	return atomic_load_explicit(&d->chan_epoch[listener % SHUNT_DIRECTORY_EPOCHS],
+				    memory_order_acquire);
+}

@@ -8,6 +8,7 @@
 #define SHUNT_PRELOAD_DIRECTORY_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "shunt/proto.h"
 
@@ -23,5 +24,14 @@ void shunt_directory_drop(void);
  * False when there is no directory.
  */
 bool shunt_directory_nobody_listens(const struct shunt_wire_addr *dst);
+
+/*
+ * Listener @listener's channel epoch: how many channels shuntd has made to
+ * it (or to listeners sharing its entry). An acceptor that sees it move
+ * since it last asked shuntd asks again: a channel it has not mapped may
+ * hold a connection whose doorbell count another entry used up. 0 when
+ * there is no directory.
+ */
+uint32_t shunt_directory_chan_epoch(uint64_t listener);
 
 #endif

@@ -57,6 +57,12 @@ struct shunt_sock {
 	int connect_report;		/* enum shunt_connect_report, under lock */
 	uint64_t listener;		/* id at shuntd, 0 if not registered; under lock */
 	int doorbell;			/* hidden eventfd counting queued circuits, or -1 */
+	/*
+	 * A listener's channel epoch (preload/directory.h) as it was when
+	 * shuntd last said it had no more channels for us. One left from an
+	 * earlier registration only costs a question.
+	 */
+	_Atomic uint32_t chan_epoch;
 	struct shunt_conn *conn;	/* under lock; read by data calls once CONNECTED */
 	struct shunt_conn *retired;	/* shut connections other threads may still touch */
 	_Atomic uint32_t inherit;	/* options set that accepted sockets inherit (opts.c) */

@@ -782,16 +782,29 @@ static bool doorbell_rings(int bell)
 }
 
 /*
+ * Whether shuntd made a channel to listener @s since it last told us it had
+ * no more for us: one we have not mapped may hold a connection whose count
+ * another entry used up (a client that queued without counting).
+ */
+static bool channels_changed(struct shunt_sock *s)
+{
+	return shunt_directory_chan_epoch(s->listener) !=
+	       atomic_load_explicit(&s->chan_epoch, memory_order_relaxed);
+}
+
+/*
  * Hand out a circuit queued on our listener as a new socket. The doorbell
  * counts what is queued, in our channels and at shuntd (docs/connect.md,
  * "The doorbell"): a doorbell still ringing with our channels empty means
- * shuntd may hold one, or the count is one to spare.
+ * shuntd may hold one, or the count is one to spare. A channel shuntd made
+ * since we last asked is asked for whatever the doorbell says.
  */
 static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 			  int flags)
 {
 	struct shunt_conn *conn = NULL;
 	struct shunt_grant g;
+	uint32_t epoch;
 	int r, err;
 
 	uint64_t listener = s->listener;
@@ -801,6 +814,8 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		r = accept_from_channels(s, fd, listener, addr, alen, flags);
 		if (r != -EAGAIN)
 			return r;
+		if (channels_changed(s))
+			break;
 		/*
 		 * Another acceptor (a prefork sibling woken by the same doorbell)
 		 * took what it counted: nothing is left for shuntd to hand out either.
@@ -817,6 +832,8 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		shunt_syscall(SYS_sched_yield);
 	}
 	shunt_stats.accept_asks++;
+	/* Read before asking: a channel made after it moves the epoch again. */
+	epoch = shunt_directory_chan_epoch(listener);
 	r = shunt_ctl_accept(fd, listener, &g);
 	while (r == SHUNT_USE_CHANNEL) {
 		/* A channel we did not have: its queue may hold what the doorbell counted. */
@@ -829,6 +846,8 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	}
 	if (r == -ETIMEDOUT || r == -ENOTCONN)
 		return -EAGAIN;
+	/* Every channel made by then is ours: the epoch is seen. */
+	atomic_store_explicit(&s->chan_epoch, epoch, memory_order_relaxed);
 	if (r == -EAGAIN) {
 		/*
 		 * The doorbell rang, and nobody held anything for it: shuntd took
@@ -963,7 +982,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			 * be) counted on the doorbell: shared memory says what
 			 * the poll would.
 			 */
-			if (!lost && shunt_chan_pending(s->listener)) {
+			if (!lost && (shunt_chan_pending(s->listener) || channels_changed(s))) {
 				p[1].revents = POLLIN;
 				skipped = true;
 			} else if (shunt_syscall(SYS_ppoll, p, 2, &ts, NULL, 8) < 0 && errno != EINTR) {

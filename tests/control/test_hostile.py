@@ -447,11 +447,7 @@ CHAN_MODES = [
     ("chan-header", "nonblock"), ("chan-head", "block"), ("chan-head", "nonblock"),
     ("chan-doorbell", "block"),
     pytest.param("chan-drain", "nonblock", marks=known_bug(DRAINED, strict=False)),
-    pytest.param("chan-uncounted", "block", marks=known_bug(
-        "preload/chan.c shunt_chan_accept(): each good entry taken reads a count off the "
-        "doorbell, so a valid entry queued without one uses up an honest connection's; when "
-        "that connection waits in a channel the acceptor has not mapped yet, only a count "
-        "makes it ask shuntd for the channel, and it sleeps on the doorbell instead")),
+    ("chan-uncounted", "block"),
     ("chan-block", "nonblock"),
     ("chan-v6-peer", "block"), ("chan-kernel-bit", "nonblock"),
 ]
