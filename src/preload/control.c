@@ -516,6 +516,15 @@ bool shunt_ctl_has_session(void)
 	return atomic_load_explicit(&session_id, memory_order_acquire) != 0;
 }
 
+void shunt_ctl_open_session(void)
+{
+	if (shunt_ctl_has_session())
+		return;
+	pthread_mutex_lock(&ctl_lock);
+	open_session_locked(shunt_now_ns() + ctl_patience_ns);
+	pthread_mutex_unlock(&ctl_lock);
+}
+
 int shunt_ctl_claim(uint64_t ticket, uint64_t secret)
 {
 	int r;

@@ -62,6 +62,14 @@ uint64_t shunt_ctl_session(void);
 bool shunt_ctl_has_session(void);
 
 /*
+ * Open the session if there is none, waiting for shuntd no longer than a
+ * connect would (SHUNT_CONNECT_WAIT_US): its HELLO reply brings the
+ * directory, so that a first connect to a port nobody listens on need not
+ * ask too.
+ */
+void shunt_ctl_open_session(void);
+
+/*
  * Register listening socket @fd (or refresh registration @refresh after a
  * second listen()). Returns 0 with *@listener and, for a new registration,
  * *@doorbell (hidden eventfd); or -errno.

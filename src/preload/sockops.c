@@ -505,6 +505,9 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 		pthread_mutex_unlock(&s->lock);
 		return r;
 	}
+	/* The first connect of a session: the directory comes with its HELLO. */
+	if (r == -ENOENT && !shunt_ctl_has_session())
+		shunt_ctl_open_session();
 	/* Nobody under shunt listens there: asking could only be answered "the kernel". */
 	if (r == -ENOENT && shunt_directory_nobody_listens(&dst)) {
 		shunt_stats.kernel_unlistened++;
