@@ -171,7 +171,7 @@ static struct channel *chan_new(struct shuntd *d, struct session *s, struct list
 	shunt_list_add_tail(&s->channels, &ch->client_node);
 	shunt_list_add_tail(&l->channels, &ch->listener_node);
 	/* The listener's acceptors learn of it even if its first count is used up. */
-	shuntd_directory_channel(l->id);
+	shuntd_directory_channel(d, l);
 	shunt_debug("channel %llu: session %llu (pid %d) to listener %llu, %u slots",
 		    (unsigned long long)ch->id, (unsigned long long)s->id, (int)s->pid,
 		    (unsigned long long)l->id, slots);

@@ -1,72 +1,146 @@
 // SPDX-License-Identifier: MIT
 /*
- * The directory (include/shunt/directory.h): which ports shuntd knows a
- * listener on, published read-only to every process so that a connect no
- * listener could take is left to the kernel without a question.
- * A count per port and kind says when a bit may be cleared.
+ * The directories (include/shunt/directory.h): which ports shuntd knows a
+ * listener on, published read-only so that a connect no listener could take
+ * is left to the kernel without a question. One per network namespace, made
+ * when a session there first says HELLO and let go with the namespace's
+ * view: what listens on loopback in one namespace is nobody else's
+ * business, as the kernel's own tables (/proc/net/tcp) are per namespace.
+ * A listener bound to a wildcard or non-loopback address may be reached
+ * from any namespace with a route to it, so those are in every directory.
  */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/addr.h"
 #include "common/log.h"
 #include "daemon/shuntd.h"
 #include "shunt/directory.h"
 
-static struct shunt_directory *dir;	/* shuntd's writable mapping */
-static int dir_fd = -1;
-static uint32_t *count_any, *count_wide;	/* listeners per port */
+struct ns_directory {
+	int fd;
+	struct shunt_directory *map;	/* shuntd's writable mapping */
+};
+
+/* Listeners per port bound to a wildcard or non-loopback address, any namespace. */
+static uint32_t *count_wide;
 
 int shuntd_directory_init(void)
 {
-	void *map;
-	int fd;
-
-	count_any = calloc(65536, sizeof(*count_any));
 	count_wide = calloc(65536, sizeof(*count_wide));
-	if (!count_any || !count_wide)
-		return -ENOMEM;
-	fd = shuntd_memfd_published("shunt-directory", shunt_directory_size(), &map);
-	if (fd < 0)
-		return fd;
-	dir = map;
-	dir->magic = SHUNT_DIRECTORY_MAGIC;
-	dir->version = SHUNT_DIRECTORY_VERSION;
-	dir_fd = fd;
-	return 0;
+	return count_wide ? 0 : -ENOMEM;
 }
 
-int shuntd_directory_fd(void)
-{
-	return dir_fd;
-}
-
-static void count(uint32_t *counts, _Atomic uint64_t *bits, uint16_t port, int delta)
+static void set_bit(_Atomic uint64_t *bits, uint16_t port, bool on)
 {
 	uint64_t bit = 1ull << (port % 64);
 
-	counts[port] += (uint32_t)delta;
-	if (delta > 0 && counts[port] == 1)
+	if (on)
 		atomic_fetch_or_explicit(&bits[port / 64], bit, memory_order_release);
-	else if (delta < 0 && counts[port] == 0)
+	else
 		atomic_fetch_and_explicit(&bits[port / 64], ~bit, memory_order_release);
 }
 
-void shuntd_directory_listener(const struct shunt_wire_addr *addr, int delta)
+/* The directory of namespace @inode, if a session there has one. */
+static struct shunt_directory *dir_of(struct shuntd *d, uint64_t inode)
 {
-	if (!dir)
-		return;
-	count(count_any, dir->any, addr->port, delta);
-	if (!shunt_addr_is_loopback(addr))
-		count(count_wide, dir->wide, addr->port, delta);
+	struct netns *ns = shunt_map_get(&d->netns, inode);
+
+	return ns && ns->dir ? ns->dir->map : NULL;
 }
 
-void shuntd_directory_channel(uint64_t listener)
+/* A directory for @ns as things stand: every wide port, and the ports listened on in @ns. */
+static struct ns_directory *dir_make(struct shuntd *d, struct netns *ns)
 {
-	if (!dir)
+	struct ns_directory *nd = calloc(1, sizeof(*nd));
+	struct listener *l;
+	uint64_t key;
+	size_t it = 0;
+	void *map;
+
+	if (!nd)
+		return NULL;
+	nd->fd = shuntd_memfd_published("shunt-directory", shunt_directory_size(), &map);
+	if (nd->fd < 0) {
+		shunt_warn("no directory of listened ports (%s): every connect asks",
+			   strerror(-nd->fd));
+		free(nd);
+		return NULL;
+	}
+	nd->map = map;
+	nd->map->magic = SHUNT_DIRECTORY_MAGIC;
+	nd->map->version = SHUNT_DIRECTORY_VERSION;
+	for (uint32_t port = 0; port < 65536; port++)
+		if (count_wide[port])
+			set_bit(nd->map->wide, (uint16_t)port, true);
+	while ((l = shunt_map_next(&d->listeners, &it, &key)))
+		if (l->netns == ns->inode)
+			set_bit(nd->map->any, l->addr.port, true);
+	return nd;
+}
+
+int shuntd_directory_fd(struct shuntd *d, struct netns *ns)
+{
+	if (!count_wide || !ns)
+		return -1;
+	if (!ns->dir)
+		ns->dir = dir_make(d, ns);
+	return ns->dir ? ns->dir->fd : -1;
+}
+
+void shuntd_directory_ns_gone(struct netns *ns)
+{
+	if (!ns->dir)
 		return;
+	munmap(ns->dir->map, shunt_directory_size());
+	close(ns->dir->fd);
+	free(ns->dir);
+	ns->dir = NULL;
+}
+
+/* Whether another listener than @l listens on its port in its namespace. */
+static bool port_taken(struct shuntd *d, const struct listener *l)
+{
+	for (const struct listener *o = shuntd_listeners_on_port(d, l->addr.port); o;
+	     o = o->port_next)
+		if (o != l && o->netns == l->netns)
+			return true;
+	return false;
+}
+
+void shuntd_directory_listener(struct shuntd *d, const struct listener *l, int delta)
+{
+	struct shunt_directory *own = dir_of(d, l->netns);
+	uint16_t port = l->addr.port;
+
+	if (!count_wide)
+		return;
+	if (own && (delta > 0 || !port_taken(d, l)))
+		set_bit(own->any, port, delta > 0);
+	if (shunt_addr_is_loopback(&l->addr))
+		return;
+	count_wide[port] += (uint32_t)delta;
+	if ((delta > 0 && count_wide[port] == 1) || (delta < 0 && count_wide[port] == 0)) {
+		struct netns *ns;
+		uint64_t key;
+		size_t it = 0;
+
+		while ((ns = shunt_map_next(&d->netns, &it, &key)))
+			if (ns->dir)
+				set_bit(ns->dir->map->wide, port, delta > 0);
+	}
+}
+
+void shuntd_directory_channel(struct shuntd *d, const struct listener *l)
+{
+	struct shunt_directory *own = dir_of(d, l->netns);
+
 	/* Before the CONNECT reply that lets the client queue in it. */
-	atomic_fetch_add_explicit(&dir->chan_epoch[listener % SHUNT_DIRECTORY_EPOCHS], 1,
-				  memory_order_release);
+	if (own)
+		atomic_fetch_add_explicit(&own->chan_epoch[l->id % SHUNT_DIRECTORY_EPOCHS], 1,
+					  memory_order_release);
 }

@@ -45,6 +45,11 @@ static struct listener *on_port(struct shuntd *d, uint16_t port)
 	return shunt_map_get(&d->ports, (uint64_t)port + 1);
 }
 
+struct listener *shuntd_listeners_on_port(struct shuntd *d, uint16_t port)
+{
+	return on_port(d, port);
+}
+
 /* Enter @l (its address known) in the listeners: by id, by port, and in the directory. */
 static int enter(struct shuntd *d, struct listener *l)
 {
@@ -56,7 +61,7 @@ static int enter(struct shuntd *d, struct listener *l)
 		return -ENOMEM;
 	}
 	/* Published before the reply: a connect after listen() returned asks. */
-	shuntd_directory_listener(&l->addr, 1);
+	shuntd_directory_listener(d, l, 1);
 	return 0;
 }
 
@@ -75,7 +80,7 @@ static void leave(struct shuntd *d, struct listener *l)
 				break;
 			}
 	}
-	shuntd_directory_listener(&l->addr, -1);
+	shuntd_directory_listener(d, l, -1);
 }
 
 static struct listener *find_inode(struct shuntd *d, uint64_t netns, uint64_t inode)

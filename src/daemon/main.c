@@ -384,7 +384,8 @@ int main(int argc, char **argv)
 	/* Without it every connect asks, as before: worth a warning, not an exit. */
 	r = shuntd_directory_init();
 	if (r < 0)
-		shunt_warn("no directory of listened ports (%s): every connect asks", strerror(-r));
+		shunt_warn("no directories of listened ports (%s): every connect asks",
+			   strerror(-r));
 	if (open_control_socket(&d) < 0)
 		return 1;
 	if (shuntd_loop_init(&d) < 0 || shuntd_metrics_init(&d) < 0) {

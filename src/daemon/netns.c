@@ -501,6 +501,7 @@ void shuntd_netns_put(struct shuntd *d, struct netns *ns)
 		return;
 	v = ns->view;
 	shunt_debug("network namespace %llu: let go", (unsigned long long)ns->inode);
+	shuntd_directory_ns_gone(ns);
 	shunt_map_del(&d->netns, ns->inode);
 	ns_world(d)->dirty = true;
 	/* The others forget its number (answers about it still on the way find no view). */

@@ -106,7 +106,7 @@ int shuntd_session_reply_status(struct session *s, uint16_t type, uint32_t seq, 
 	return shuntd_session_reply(s, &h, NULL, 0);
 }
 
-/* HELLO: the session's daemon link, its journal and shuntd's directory. */
+/* HELLO: the session's daemon link, its journal and its namespace's directory. */
 static void shuntd_session_hello(struct shuntd *d, struct session *s,
 				 const struct shunt_msg_hello *m)
 {
@@ -130,11 +130,13 @@ static void shuntd_session_hello(struct shuntd *d, struct session *s,
 	fds[1] = s->dlink->efd[0];
 	/* Without a journal it simply asks for every connection, as before. */
 	if (s->journal || shuntd_journal_make(d, s) == 0) {
+		/* The directory comes only with a journal: 2, 4 or 5 descriptors. */
+		int dir = shuntd_directory_fd(d, s->ns);
+
 		fds[nfds++] = s->journal->memfd;
 		fds[nfds++] = s->journal->kick;
-		/* The directory comes only with a journal: 2, 4 or 5 descriptors. */
-		if (shuntd_directory_fd() >= 0)
-			fds[nfds++] = shuntd_directory_fd();
+		if (dir >= 0)
+			fds[nfds++] = dir;
 	}
 	shuntd_session_reply(s, &r, fds, nfds);
 }

@@ -322,11 +322,13 @@ struct listener {
  * What it knows of the namespace is private to the netns files (netns.h).
  */
 struct netns_view;
+struct ns_directory;
 struct netns {
 	uint64_t inode;			/* the key: the namespace's inode */
 	int fd;				/* the namespace (for setns and NETNSA_FD) */
 	unsigned refs;
 	struct netns_view *view;
+	struct ns_directory *dir;	/* directory.c: its directory, once a session asked */
 };
 
 /* What netns.c did with rtnetlink, for the metrics. */
@@ -448,6 +450,8 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 void shuntd_listener_unregister(struct shuntd *d, struct session *s,
 				 const struct shunt_msg_unlisten *m);
 void shuntd_listener_destroy(struct shuntd *d, struct listener *l);
+/* The listeners on @port, in any namespace, chained by port_next. */
+struct listener *shuntd_listeners_on_port(struct shuntd *d, uint16_t port);
 /*
  * The listener a connect from namespace @netns (whose view is @from, NULL
  * if unknown) to @dst reaches, as the kernel's SYN would, or NULL. On a
@@ -635,16 +639,19 @@ int shuntd_companion_fetch(struct shuntd *d, struct circuit *c, unsigned end);
 int shuntd_companion_release(struct circuit *c, const int kfd[2]);
 
 /*
- * directory.c: the ports listened on, published read-only
- * (include/shunt/directory.h). _init makes it (0 or -errno); _fd is its
- * memfd, for HELLO replies (-1 without one); _listener counts a listener
- * bound to @addr in (@delta 1) or out (-1).
+ * directory.c: the ports listened on, published read-only per network
+ * namespace (include/shunt/directory.h). _init readies it (0 or -errno);
+ * _fd is the memfd of @ns's directory, made on first use, for HELLO
+ * replies (-1 without one); _ns_gone lets it go with @ns's view;
+ * _listener counts @l in (@delta 1, once it is in the port chain) or out
+ * (-1, once it has left it); _channel bumps @l's channel epoch, as shuntd
+ * makes a channel to it.
  */
 int shuntd_directory_init(void);
-int shuntd_directory_fd(void);
-void shuntd_directory_listener(const struct shunt_wire_addr *addr, int delta);
-/* shuntd made a channel to listener @listener: bump its epoch in the directory. */
-void shuntd_directory_channel(uint64_t listener);
+int shuntd_directory_fd(struct shuntd *d, struct netns *ns);
+void shuntd_directory_ns_gone(struct netns *ns);
+void shuntd_directory_listener(struct shuntd *d, const struct listener *l, int delta);
+void shuntd_directory_channel(struct shuntd *d, const struct listener *l);
 
 /* shm.c: a sealed, anonymous memfd of @size bytes, or -errno */
 int shuntd_memfd_sealed(const char *name, size_t size);

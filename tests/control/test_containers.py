@@ -389,7 +389,10 @@ def test_same_address_in_isolated_namespaces(world, net):
 
 def test_loopback_listener_not_reached_from_another_namespace(world, net):
     """B listens on 127.0.0.1 only: from A, neither A's loopback nor B's
-    veth address reaches it, plain or under shunt."""
+    veth address reaches it, plain or under shunt. Under shunt A's
+    directory does not show B's loopback port either (it is in A's
+    /proc/net/tcp no more than the kernel's): A's connects are left to the
+    kernel without asking shuntd, as for a port nobody listens on."""
     a, b = net.ns("a"), net.ns("b")
     net.veth(a, "va", b, "vb")
     net.addr(a, "va", "10.99.4.1/24")
@@ -400,6 +403,13 @@ def test_loopback_listener_not_reached_from_another_namespace(world, net):
             lines, cstats = world.client(a, under_shunt, dst)
             assert lines == ["connect ECONNREFUSED"], (dst, under_shunt, lines)
             assert cstats.get("shm_connect", 0) == 0, cstats
+            if under_shunt:
+                assert cstats.get("kernel_unlistened", 0) == 1, (dst, {k: v for k, v in cstats.items() if v})
+        if under_shunt:
+            # B's own directory shows it: a connect from B asks, and gets shared memory.
+            lines, cstats = world.client(b, under_shunt, "127.0.0.1")
+            assert cstats.get("shm_connect", 0) == 1 and not cstats.get("kernel_unlistened"), \
+                (lines, cstats)
         assert srv.kill() == ["listening"]
 
 
