@@ -18,6 +18,12 @@
  *       that a driver can measure it before it connects (bench/memory.py).
  *   conn sink --port P [--ready-file F]
  *       a poll() server for hold: echoes whatever comes, keeps connections.
+ *   conn spawn --port P --count N
+ *       N times, one after another: fork, and in the child exec this
+ *       program as `loop --count 1` (one connection, as a health check or a
+ *       CGI client makes); the parent waits for it. Under `shunt run` each
+ *       child is a new process of the library: it starts, says HELLO, gets
+ *       its channel, connects once and exits.
  *
  * Prints one JSON object on stdout.
  */
@@ -25,6 +31,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -310,9 +317,40 @@ static int run_sink(const struct conn_args *a)
 	}
 }
 
+static int run_spawn(const struct conn_args *a)
+{
+	char port[16];
+	uint64_t t0 = shunt_bench_now_ns();
+	double secs;
+
+	snprintf(port, sizeof(port), "%u", a->port);
+	for (uint64_t i = 0; i < a->count; i++) {
+		pid_t pid = fork();
+		int st;
+
+		if (pid < 0)
+			shunt_bench_die(errno, "fork");
+		if (pid == 0) {
+			int null = open("/dev/null", O_WRONLY);
+
+			if (null >= 0)
+				dup2(null, STDOUT_FILENO);
+			execl("/proc/self/exe", "conn", "loop", "--port", port, "--count", "1",
+			      (char *)NULL);
+			_exit(127);
+		}
+		if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+			shunt_bench_die(0, "a spawned client failed (status %d)", st);
+	}
+	secs = (double)(shunt_bench_now_ns() - t0) / 1e9;
+	printf("{\"tool\":\"conn\",\"mode\":\"spawn\",\"count\":%" PRIu64 ",\"seconds\":%.6f,"
+	       "\"per_process_us\":%.3f}\n", a->count, secs, secs * 1e6 / (double)a->count);
+	return 0;
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: conn server|loop|burst|hold|sink --port P [--count N] [--bytes B]\n"
+	fprintf(f, "usage: conn server|loop|burst|hold|sink|spawn --port P [--count N] [--bytes B]\n"
 		   "            [--workers N] [--ready-file F] [--gate 1]\n");
 }
 
@@ -356,6 +394,8 @@ int main(int argc, char **argv)
 		return run_hold(&a);
 	if (!strcmp(a.mode, "sink"))
 		return run_sink(&a);
+	if (!strcmp(a.mode, "spawn"))
+		return run_spawn(&a);
 	usage(stderr);
 	return 2;
 }

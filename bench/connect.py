@@ -11,6 +11,10 @@ Shapes:
            then closes them all.
   prefork  4 client processes against 4 forked workers accepting on one
            listener, each client --count connections: connections/s.
+  spawn    a process per connection (a health check, a CGI client): one
+           parent starts --spawn children one after another, each connects
+           once (and echoes 1 byte) and exits: time per process, start-up
+           of the library, its HELLO and its channel included.
   memory   memory per connection at rest: bench/memory.py (2,000
            connections after 1 KiB and after 256 KiB each way), its
            memory.json and memory.png in the same directory.
@@ -33,7 +37,7 @@ from core import (REPO, free_tcp_port, last_json, log, mode_envs, read_stats, sp
                   stop_daemon, wait_ready, write_doc)
 from machine import git_info, machine_info
 
-SHAPES = ["loop", "burst", "prefork", "memory"]
+SHAPES = ["loop", "burst", "prefork", "spawn", "memory"]
 PREFORK = 4
 
 
@@ -137,6 +141,13 @@ def do_prefork(b, args, mode):
     return repeated(args, mode, once, ("conns_per_s",))
 
 
+def do_spawn(b, args, mode):
+    def once():
+        recs, _, on_shm = b.session(mode, 1, [["spawn", "--count", str(args.spawn)]])
+        return {"per_process_us": recs[0]["per_process_us"], "on_shm": on_shm}
+    return repeated(args, mode, once, ("per_process_us",))
+
+
 def do_memory(args, out):
     """bench/memory.py, run as its own program; its verdicts and per-connection figures."""
     res = subprocess.run([sys.executable, os.path.join(REPO, "bench", "memory.py"),
@@ -171,6 +182,11 @@ def targets(doc):
         add(s["conns_per_s"] >= 2 * k["conns_per_s"],
             "prefork 4x4: %.0f conn/s, kernel %.0f: %.2fx (need >= 2x)" % (
                 s["conns_per_s"], k["conns_per_s"], s["conns_per_s"] / k["conns_per_s"]))
+    if "spawn" in doc:
+        k, s = doc["spawn"]["kernel"], doc["spawn"]["shunt"]
+        add(s["per_process_us"] <= k["per_process_us"],
+            "spawn: %.0f us per process that connects once, kernel %.0f us (need <= kernel)" % (
+                s["per_process_us"], k["per_process_us"]))
     if "memory" in doc:
         for t in doc["memory"].get("targets", []):
             add(t["pass"], "memory at rest after %d B each way: %.2f KiB per connection more "
@@ -194,7 +210,8 @@ def plot(doc, path):
     panels = [("loop", [("connect_us", "connect"), ("echo_us", "first echo"),
                         ("close_us", "close"), ("per_conn_us", "whole loop")], "us"),
               ("burst", [("open_s", "open"), ("close_s", "close")], "s"),
-              ("prefork", [("conns_per_s", "connections/s")], "/s")]
+              ("prefork", [("conns_per_s", "connections/s")], "/s"),
+              ("spawn", [("per_process_us", "per process")], "us")]
     panels = [p for p in panels if p[0] in doc]
     if not panels:
         return
@@ -218,6 +235,7 @@ def main():
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--count", type=int, default=3000, help="connections per loop client")
     p.add_argument("--burst", type=int, default=10000, help="connections opened at once")
+    p.add_argument("--spawn", type=int, default=500, help="processes that connect once each")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--out")
@@ -227,7 +245,7 @@ def main():
                                    datetime.datetime.utcnow().strftime("%Y%m%dT%H%M%SZ"))
     os.makedirs(out, exist_ok=True)
     doc = {"machine": machine_info(), "git": git_info(REPO), "args": vars(args)}
-    fns = {"loop": do_loop, "burst": do_burst, "prefork": do_prefork}
+    fns = {"loop": do_loop, "burst": do_burst, "prefork": do_prefork, "spawn": do_spawn}
     with tempfile.TemporaryDirectory(prefix="shunt-connect-") as tmp:
         b = Bench(args, tmp)
         try:
