@@ -518,7 +518,8 @@ bool shunt_ctl_has_session(void)
 
 void shunt_ctl_open_session(void)
 {
-	if (shunt_ctl_has_session())
+	/* Under a filter that forbids circuits every connect is the kernel's: no session. */
+	if (shunt_ctl_has_session() || shunt_sandbox_forbids_circuits())
 		return;
 	pthread_mutex_lock(&ctl_lock);
 	open_session_locked(shunt_now_ns() + ctl_patience_ns);
@@ -562,7 +563,7 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, int *doorbell
 	int r;
 
 	/* Not a new registration that could not be served once made. */
-	if (!refresh && shunt_seccomp_active() && !shunt_sandbox_circuits_ok(shunt_seccomp_chain()))
+	if (!refresh && shunt_sandbox_forbids_circuits())
 		return -ENOTCONN;
 	shunt_proto_init(&m, SHUNT_MSG_LISTEN, sizeof(m), 0);
 	m.listener = refresh;
@@ -732,7 +733,7 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 	int r;
 
 	/* A seccomp filter forbids what the circuit would need: the kernel connects. */
-	if (shunt_seccomp_active() && !shunt_sandbox_circuits_ok(shunt_seccomp_chain())) {
+	if (shunt_sandbox_forbids_circuits()) {
 		shunt_stats.fallback_seccomp++;
 		return -ENOTCONN;
 	}

@@ -59,6 +59,11 @@ bool shunt_sandbox_circuits_ok(const struct shunt_chain *c)
 	return shunt_ctl_usable(c);
 }
 
+bool shunt_sandbox_forbids_circuits(void)
+{
+	return shunt_seccomp_active() && !shunt_sandbox_circuits_ok(shunt_seccomp_chain());
+}
+
 /* Remember @s (open as @fd) as let go of, with a reference, for an undo. */
 static void note_dropped(struct shunt_sandbox_plan *plan, struct shunt_sock *s, int fd)
 {

@@ -53,4 +53,7 @@ void shunt_sandbox_done(struct shunt_sandbox_plan *plan, const struct shunt_chai
  */
 bool shunt_sandbox_circuits_ok(const struct shunt_chain *c);
 
+/* Whether this process's own filter, if any, forbids new circuits (see above). */
+bool shunt_sandbox_forbids_circuits(void);
+
 #endif

@@ -430,8 +430,7 @@ static int connect_through_channel(struct shunt_sock *s, int fd, const struct sh
 				   struct shunt_conn **conn)
 {
 	/* Without a journal shuntd would never learn of it; without the hub nobody could wait on it. */
-	if (!shunt_journal_ready() || shunt_notice_hub() < 0 ||
-	    (shunt_seccomp_active() && !shunt_sandbox_circuits_ok(shunt_seccomp_chain())) ||
+	if (!shunt_journal_ready() || shunt_notice_hub() < 0 || shunt_sandbox_forbids_circuits() ||
 	    !shunt_ctl_alive())
 		return -ENOENT;
 	(void)s;
@@ -1255,7 +1254,7 @@ void shunt_op_adopt_listener(int fd)
 
 	/* Under a seccomp filter that leaves it kernel-only anyway, not even a look. */
 	if (!shunt_enabled() || shunt_fdt_is_ours(fd) || shunt_fdt_is_hidden(fd) ||
-	    (shunt_seccomp_active() && !shunt_sandbox_circuits_ok(shunt_seccomp_chain())) ||
+	    shunt_sandbox_forbids_circuits() ||
 	    fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return;
 	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
