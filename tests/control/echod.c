@@ -5,10 +5,12 @@
  * honest client (t_honest.h) sends, while a hostile client spoils the
  * channel it has to this listener.
  *
- *   echod block|nonblock
+ *   echod block|nonblock|level
  *
  * block: accept() on a blocking listener; nonblock: poll() for POLLIN,
- * then accept4() until EAGAIN on an O_NONBLOCK one. Each connection is
+ * then accept4() until EAGAIN on an O_NONBLOCK one; level: poll() without
+ * a timeout, then one accept4() per readiness (nginx's way with
+ * multi_accept off). Each connection is
  * served by a thread of its own, with 2 s timeouts (an honest one may
  * then stay idle up to a minute), and judged by what came on it:
  * "honest" (headers and their exact payloads, echoed), "ink"
@@ -263,14 +265,16 @@ int main(int argc, char **argv)
 	struct sockaddr_in a = t_loopback_addr(0);
 	socklen_t len = sizeof(a);
 	pthread_t th;
-	bool nonblock;
+	bool nonblock, level;
 	int lfd;
 
-	if (argc != 2 || (strcmp(argv[1], "block") && strcmp(argv[1], "nonblock"))) {
-		fprintf(stderr, "usage: %s block|nonblock\n", argv[0]);
+	if (argc != 2 || (strcmp(argv[1], "block") && strcmp(argv[1], "nonblock") &&
+			  strcmp(argv[1], "level"))) {
+		fprintf(stderr, "usage: %s block|nonblock|level\n", argv[0]);
 		return 2;
 	}
-	nonblock = !strcmp(argv[1], "nonblock");
+	level = !strcmp(argv[1], "level");
+	nonblock = level || !strcmp(argv[1], "nonblock");
 	lfd = socket(AF_INET, SOCK_STREAM | (nonblock ? SOCK_NONBLOCK : 0), 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, BACKLOG) < 0 ||
 	    getsockname(lfd, (struct sockaddr *)&a, &len) < 0)
@@ -280,7 +284,15 @@ int main(int argc, char **argv)
 	t_event("{\"event\": \"listening\", \"port\": %d, \"pid\": %d}", ntohs(a.sin_port),
 	        (int)getpid());
 	for (;;) {
-		if (nonblock) {
+		if (level) {
+			struct pollfd p = { lfd, POLLIN, 0 };
+
+			/* One accept per readiness, as nginx with multi_accept off. */
+			if (poll(&p, 1, -1) < 0 && errno != EINTR)
+				die("poll");
+			if (p.revents & POLLIN)
+				accept_one(lfd);
+		} else if (nonblock) {
 			struct pollfd p = { lfd, POLLIN, 0 };
 
 			if (poll(&p, 1, 1000) < 0 && errno != EINTR)

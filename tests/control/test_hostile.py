@@ -447,7 +447,7 @@ CHAN_MODES = [
     ("chan-header", "nonblock"), ("chan-head", "block"), ("chan-head", "nonblock"),
     ("chan-doorbell", "block"),
     pytest.param("chan-drain", "nonblock", marks=known_bug(DRAINED, strict=False)),
-    ("chan-uncounted", "block"), ("chan-uncounted", "nonblock"),
+    ("chan-uncounted", "block"), ("chan-uncounted", "nonblock"), ("chan-uncounted", "level"),
     ("chan-block", "nonblock"),
     ("chan-v6-peer", "block"), ("chan-kernel-bit", "nonblock"),
 ]
