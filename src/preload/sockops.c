@@ -737,42 +737,6 @@ static int listener_addr(struct shunt_sock *s, int fd, struct shunt_wire_addr *o
 	return r;
 }
 
-/* Whether listener doorbell @bell counts a connection not taken yet. */
-static bool doorbell_rings(int bell)
-{
-	struct pollfd p = { bell, POLLIN, 0 };
-	struct timespec zero = { 0, 0 };
-
-	/* A filter that forbids the look: ask shuntd, as before. */
-	return bell < 0 || shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 8) != 0;
-}
-
-/*
- * Whether shuntd made a channel to listener @s since it last told us it had
- * no more for us: one we have not mapped may hold a connection whose count
- * another entry used up (a client that queued without counting).
- */
-static bool channels_changed(struct shunt_sock *s)
-{
-	return shunt_directory_chan_epoch(s->listener) !=
-	       atomic_load_explicit(&s->chan_epoch, memory_order_relaxed);
-}
-
-/*
- * After taking a connection: if more wait (in our channels, or in one shuntd
- * made since we last asked) and the doorbell is silent, ring it, so that a
- * program that accepts once per readiness of a level-triggered poll or
- * epoll comes back for them. Their counts were used up by entries queued
- * without one (a client that never counted); a count that turns out spare
- * (a client about to count its own) is taken back when shuntd settles.
- */
-static void keep_ringing(struct shunt_sock *s, uint64_t listener)
-{
-	if ((shunt_chan_pending(listener) || channels_changed(s)) && s->doorbell >= 0 &&
-	    !doorbell_rings(s->doorbell))
-		shunt_eventfd_signal(s->doorbell);
-}
-
 /* The oldest connection queued in our channels of listener @s (as @fd), as a new socket. */
 static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 				struct sockaddr *addr, socklen_t *alen, int flags)
@@ -788,7 +752,6 @@ static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 	r = shunt_chan_accept(listener, &laddr, s->doorbell, &conn, &je);
 	if (r < 0)
 		return r == -ENOMEM ? -ECONNABORTED : r;
-	keep_ringing(s, listener);
 	return adopt_accepted(s, fd, conn, &none, &je, addr, alen, flags);
 }
 
@@ -808,6 +771,27 @@ static int install_channel(struct shunt_sock *s, uint64_t listener, struct shunt
 		shunt_grant_discard(g);
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+/* Whether listener doorbell @bell counts a connection not taken yet. */
+static bool doorbell_rings(int bell)
+{
+	struct pollfd p = { bell, POLLIN, 0 };
+	struct timespec zero = { 0, 0 };
+
+	/* A filter that forbids the look: ask shuntd, as before. */
+	return bell < 0 || shunt_syscall(SYS_ppoll, &p, 1, &zero, NULL, 8) != 0;
+}
+
+/*
+ * Whether shuntd made a channel to listener @s since it last told us it had
+ * no more for us: one we have not mapped may hold a connection whose count
+ * another entry used up (a client that queued without counting).
+ */
+static bool channels_changed(struct shunt_sock *s)
+{
+	return shunt_directory_chan_epoch(s->listener) !=
+	       atomic_load_explicit(&s->chan_epoch, memory_order_relaxed);
 }
 
 /*
