@@ -505,7 +505,7 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 		return r;
 	}
 	/* The first connect of a session: the directory comes with its HELLO. */
-	if (r == -ENOENT && !shunt_ctl_has_session())
+	if (r == -ENOENT)
 		shunt_ctl_open_session();
 	/* Nobody under shunt listens there: asking could only be answered "the kernel". */
 	if (r == -ENOENT && shunt_directory_nobody_listens(&dst)) {
@@ -848,9 +848,13 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	}
 	if (r == -ETIMEDOUT || r == -ENOTCONN)
 		return -EAGAIN;
-	/* Every channel made by then is ours: the epoch is seen. */
-	atomic_store_explicit(&s->chan_epoch, epoch, memory_order_relaxed);
 	if (r == -EAGAIN) {
+		/*
+		 * shuntd says EAGAIN only with no channel left to give us (with
+		 * a circuit of its own queued it hands that out first): every
+		 * channel made by the time we read the epoch is ours.
+		 */
+		atomic_store_explicit(&s->chan_epoch, epoch, memory_order_relaxed);
 		/*
 		 * The doorbell rang, and nobody held anything for it: shuntd took
 		 * the counts to spare. Still ringing: a new connection's count
