@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHUNT_PROTO_VERSION 5u
+#define SHUNT_PROTO_VERSION 6u
 
 enum shunt_msg_type {
 	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied + daemon link */
@@ -254,6 +254,16 @@ struct shunt_msg_chan {
 	uint32_t slots;
 	uint32_t ring_size;
 	struct shunt_wire_addr src;	/* CONNECT: the source address to bind to (port 0) */
+	uint32_t flags;			/* enum shunt_chan_flags */
+	uint32_t reserved;
+};
+
+enum shunt_chan_flags {
+	/*
+	 * ACCEPT: shuntd has no other channel of this listener to give this
+	 * session; the acceptor need not ask again for one made before it asked.
+	 */
+	SHUNT_CHAN_LAST = 1u << 0,
 };
 
 /*
@@ -262,7 +272,9 @@ struct shunt_msg_chan {
  * for this session meanwhile (SHUNT_OK), or SHUNT_NONE. A link reply carries
  * the link memfd, then the eventfd of the side this process drains, then the
  * other side's. A link reply with flag SHUNT_LINK_GONE carries no
- * descriptors: the partner went away, the link is dead.
+ * descriptors: the partner went away, the link is dead. A LINK_NEXT reply
+ * with SHUNT_LINK_LAST was the last one shuntd had when it answered (it
+ * posts SHUNT_LINK_SLOT_PULL again for anything later).
  */
 struct shunt_msg_link {
 	struct shunt_msg_hdr h;
@@ -271,6 +283,8 @@ struct shunt_msg_link {
 
 enum shunt_link_flags {
 	SHUNT_LINK_GONE = 1u << 0,
+	/* LINK_NEXT: nothing else waits to be handed over; no need to ask again. */
+	SHUNT_LINK_LAST = 1u << 1,
 };
 
 struct shunt_msg_link_reply {
@@ -281,6 +295,7 @@ struct shunt_msg_link_reply {
 	uint8_t reserved8;
 	uint16_t flags;			/* enum shunt_link_flags */
 	uint32_t reserved;
+	uint64_t gone;			/* LINK_NEXT with a link: also a dead one to forget, or 0 */
 };
 
 enum shunt_close_flags {
@@ -564,8 +579,8 @@ enum shunt_answer {
 _Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v3");
 _Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v3");
-_Static_assert(sizeof(struct shunt_msg_chan) == 64, "wire v4");
-_Static_assert(sizeof(struct shunt_msg_link_reply) == 40, "wire v3");
+_Static_assert(sizeof(struct shunt_msg_chan) == 72, "wire v6");
+_Static_assert(sizeof(struct shunt_msg_link_reply) == 48, "wire v6");
 _Static_assert(sizeof(struct shunt_msg_withdraw) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_exec_keep) == 48, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_exec_end) == 112, "wire v4");

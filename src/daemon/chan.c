@@ -221,25 +221,32 @@ struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct list
 	return chan_new(d, s, l);
 }
 
-struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct listener *l)
+struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct listener *l,
+				    bool *last)
 {
+	struct channel *give = NULL;
 	struct shunt_list *pos;
 
 	(void)d;
+	*last = true;
 	shunt_list_for_each(pos, &l->channels) {
 		struct channel *ch = shunt_container_of(pos, struct channel, listener_node);
 
 		if (shunt_map_get(&s->chans_given, ch->id))
 			continue;
+		if (give) {
+			*last = false;
+			break;
+		}
 		if (shunt_map_put(&s->chans_given, ch->id, ch) < 0)
 			return NULL;
-		return ch;
+		give = ch;
 	}
-	return NULL;
+	return give;
 }
 
 int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint32_t seq,
-		      const struct shunt_wire_addr *src, int doorbell)
+		      const struct shunt_wire_addr *src, int doorbell, uint32_t flags)
 {
 	struct shunt_msg_chan r;
 	int fds[2] = { ch->memfd, doorbell };
@@ -249,6 +256,7 @@ int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint
 	r.channel = ch->id;
 	r.slots = ch->slots;
 	r.ring_size = ch->ring_size;
+	r.flags = flags;
 	if (src)
 		r.src = *src;
 	return shuntd_session_reply(s, &r, fds, doorbell >= 0 ? 2 : 1);

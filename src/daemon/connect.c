@@ -166,7 +166,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		close(fd);
 		/* Links now, as for a circuit of ours: waking epoll waiters must not need us later. */
 		shuntd_link_prepare(d, s, l);
-		shuntd_chan_reply(s, ch, SHUNT_MSG_CONNECT, m->h.seq, &bind_to, l->doorbell);
+		shuntd_chan_reply(s, ch, SHUNT_MSG_CONNECT, m->h.seq, &bind_to, l->doorbell, 0);
 		return;
 	}
 	if (abandoned) {
@@ -228,10 +228,12 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 		r = -ENOENT;
 	if (r == 0 && shunt_list_empty(&l->acceptq)) {
 		/* Connections of its channels: one it does not have yet may hold some. */
-		struct channel *ch = shuntd_chan_to_give(d, s, l);
+		bool last;
+		struct channel *ch = shuntd_chan_to_give(d, s, l, &last);
 
 		if (ch) {
-			shuntd_chan_reply(s, ch, SHUNT_MSG_ACCEPT, m->h.seq, NULL, -1);
+			shuntd_chan_reply(s, ch, SHUNT_MSG_ACCEPT, m->h.seq, NULL, -1,
+					  last ? SHUNT_CHAN_LAST : 0);
 			return;
 		}
 		/* Nothing for it anywhere: what rang is to spare. */

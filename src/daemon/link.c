@@ -125,14 +125,20 @@ void shuntd_link_notify(struct session *s, uint32_t slot)
 		shuntd_efd_ring(l->efd[0]);
 }
 
-/* Hand @l to @s: its memfd, the eventfd of the side @s drains, the other one. */
-static void reply_link(struct session *s, uint16_t type, uint32_t seq, struct link *l)
+/*
+ * Hand @l to @s: its memfd, the eventfd of the side @s drains, the other
+ * one; @flags enum shunt_link_flags.
+ */
+static void reply_link(struct session *s, uint16_t type, uint32_t seq, struct link *l,
+		       uint16_t flags, uint64_t gone)
 {
 	struct shunt_msg_link_reply r;
 	unsigned side = l->side[0] == s ? 0 : 1;
 	int fds[3] = { l->memfd, l->efd[side], l->efd[side ^ 1] };
 
 	shunt_proto_init(&r, type | SHUNT_MSG_REPLY, sizeof(r), seq);
+	r.flags = flags;
+	r.gone = gone;
 	r.link = l->id;
 	r.partner = l->side[side ^ 1]->id;
 	r.side = (uint8_t)side;
@@ -158,35 +164,49 @@ void shuntd_link_request(struct shuntd *d, struct session *s, const struct shunt
 		shuntd_session_reply_status(s, SHUNT_MSG_LINK, m->h.seq, -ENOMEM);
 		return;
 	}
-	reply_link(s, SHUNT_MSG_LINK, m->h.seq, l);
+	reply_link(s, SHUNT_MSG_LINK, m->h.seq, l, 0, 0);
 	/* The partner must drain its side before our first notice there counts. */
 	if (p != s && !l->delivered[l->side[0] == p ? 0 : 1])
 		shuntd_link_notify(p, SHUNT_LINK_SLOT_PULL);
 }
 
+static bool undelivered(struct session *s, struct link *l)
+{
+	return !l->delivered[l->side[0] == s ? 0 : 1];
+}
+
+/*
+ * The next link made for @s, with a dead one to forget (or a dead one
+ * alone when no link waits); flagged the last when nothing else waits,
+ * which spares the library asking again.
+ */
 void shuntd_link_next(struct shuntd *d, struct session *s, const struct shunt_msg_link *m)
 {
-	struct link *l;
-	uint64_t key;
+	struct link *l, *more;
+	uint64_t key, gone;
 	size_t it = 0;
 
 	(void)d;
-	if (s->ngone) {
+	while ((l = shunt_map_next(&s->links, &it, &key)) && !undelivered(s, l))
+		;
+	if (!l && !s->ngone) {
+		shuntd_session_reply_status(s, SHUNT_MSG_LINK_NEXT, m->h.seq, SHUNT_NONE);
+		return;
+	}
+	gone = s->ngone ? s->gone[--s->ngone] : 0;
+	if (!l) {
 		struct shunt_msg_link_reply r;
 
 		shunt_proto_init(&r, SHUNT_MSG_LINK_NEXT | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
-		r.link = s->gone[--s->ngone];
-		r.flags = SHUNT_LINK_GONE;
+		r.link = gone;
+		r.flags = SHUNT_LINK_GONE | (!s->ngone ? SHUNT_LINK_LAST : 0);
 		shuntd_session_reply(s, &r, NULL, 0);
 		return;
 	}
-	while ((l = shunt_map_next(&s->links, &it, &key))) {
-		if (!l->delivered[l->side[0] == s ? 0 : 1]) {
-			reply_link(s, SHUNT_MSG_LINK_NEXT, m->h.seq, l);
-			return;
-		}
-	}
-	shuntd_session_reply_status(s, SHUNT_MSG_LINK_NEXT, m->h.seq, SHUNT_NONE);
+	while ((more = shunt_map_next(&s->links, &it, &key)) && !undelivered(s, more))
+		;
+	reply_link(s, SHUNT_MSG_LINK_NEXT, m->h.seq, l,
+		   more || s->ngone ? 0 : SHUNT_LINK_LAST, gone);
 }
 
 /* Remember to tell @s that link @id died, so it can reuse what it mapped. */

@@ -549,8 +549,12 @@ struct session *shuntd_circuit_holder(struct circuit *c, unsigned end);
  */
 struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct listener *l,
 				bool full);
-/* A channel of @l not yet given to @s, which holds @l (marked given), or NULL. */
-struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct listener *l);
+/*
+ * A channel of @l not yet given to @s, which holds @l (marked given), or
+ * NULL; *@last tells whether it was the last one.
+ */
+struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct listener *l,
+				    bool *last);
 /* Connections queued in @l's channels and not yet taken. */
 uint32_t shuntd_chan_queued(struct listener *l);
 /* @l listens again (its backlog, its options changed): its channels follow. */
@@ -579,10 +583,10 @@ void shuntd_chan_accepted(struct shuntd *d, struct session *s,
 /*
  * Reply to a CONNECT (with the source address to bind to and the
  * listener's doorbell) or an ACCEPT (@src NULL, @doorbell -1) with a
- * channel to use: status SHUNT_USE_CHANNEL.
+ * channel to use: status SHUNT_USE_CHANNEL, @flags enum shunt_chan_flags.
  */
 int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint32_t seq,
-		      const struct shunt_wire_addr *src, int doorbell);
+		      const struct shunt_wire_addr *src, int doorbell, uint32_t flags);
 
 /* journal.c */
 /* A new session's journal; -errno if it cannot be made. */

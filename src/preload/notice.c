@@ -369,7 +369,7 @@ static int drain_side(struct shunt_link_side *ls)
 	return n;
 }
 
-/* Take the links shuntd made for us (and forget the dead ones) until it has none. */
+/* Take the links shuntd made for us (and forget the dead ones) until it has no more. */
 static void pull_links(void)
 {
 	if (pthread_mutex_trylock(&pull_lock))
@@ -385,6 +385,10 @@ static void pull_links(void)
 				shunt_plink_gone(r.link);
 			else
 				shunt_plink_install(&r, fds);
+			if (!(r.flags & SHUNT_LINK_GONE) && r.gone)
+				shunt_plink_gone(r.gone);
+			if (r.flags & SHUNT_LINK_LAST)
+				break;
 		}
 	}
 	pthread_mutex_unlock(&pull_lock);

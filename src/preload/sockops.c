@@ -841,6 +841,9 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		/* A channel we did not have: its queue may hold what the doorbell counted. */
 		if (install_channel(s, listener, &g) < 0)
 			return -EAGAIN;
+		/* As an EAGAIN would say (below), without asking once more to hear it. */
+		if (g.chan.flags & SHUNT_CHAN_LAST)
+			atomic_store_explicit(&s->chan_epoch, epoch, memory_order_relaxed);
 		r = accept_from_channels(s, fd, listener, addr, alen, flags);
 		if (r != -EAGAIN)
 			return r;
