@@ -246,7 +246,11 @@ struct shunt_msg_circuit {
 /*
  * A channel to use (status SHUNT_USE_CHANNEL of a CONNECT or ACCEPT reply),
  * with its memfd; a CONNECT's also with a descriptor of the listener's
- * doorbell, which the client counts its queued connections on.
+ * doorbell, which the client counts its queued connections on. With
+ * SHUNT_CHAN_LINK, a link comes with it, as a LINK_NEXT reply would hand
+ * it over (its three descriptors after the channel's): for a CONNECT the
+ * link with a process that may accept, for an ACCEPT the link with the
+ * channel's client. Either way the round trip that would fetch it is saved.
  */
 struct shunt_msg_chan {
 	struct shunt_msg_hdr h;
@@ -256,6 +260,11 @@ struct shunt_msg_chan {
 	struct shunt_wire_addr src;	/* CONNECT: the source address to bind to (port 0) */
 	uint32_t flags;			/* enum shunt_chan_flags */
 	uint32_t reserved;
+	uint64_t link;			/* SHUNT_CHAN_LINK: as in struct shunt_msg_link_reply */
+	uint64_t partner;
+	uint64_t gone;			/* a dead link to forget, or 0 */
+	uint8_t side;
+	uint8_t reserved8[7];
 };
 
 enum shunt_chan_flags {
@@ -264,6 +273,8 @@ enum shunt_chan_flags {
 	 * session; the acceptor need not ask again for one made before it asked.
 	 */
 	SHUNT_CHAN_LAST = 1u << 0,
+	/* A link comes with the channel (link, partner, side; three descriptors). */
+	SHUNT_CHAN_LINK = 1u << 1,
 };
 
 /*
@@ -579,7 +590,7 @@ enum shunt_answer {
 _Static_assert(sizeof(struct shunt_msg_hdr) == 16, "wire v3");
 _Static_assert(sizeof(struct shunt_wire_addr) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_circuit) == 96, "wire v3");
-_Static_assert(sizeof(struct shunt_msg_chan) == 72, "wire v6");
+_Static_assert(sizeof(struct shunt_msg_chan) == 104, "wire v6");
 _Static_assert(sizeof(struct shunt_msg_link_reply) == 48, "wire v6");
 _Static_assert(sizeof(struct shunt_msg_withdraw) == 32, "wire v3");
 _Static_assert(sizeof(struct shunt_msg_exec_keep) == 48, "wire v3");

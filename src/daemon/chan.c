@@ -199,11 +199,12 @@ static bool has_free_slot(struct channel *ch)
 }
 
 struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct listener *l,
-				bool full)
+				bool full, bool *made)
 {
 	struct shunt_list *pos;
 	unsigned open = 0;
 
+	*made = false;
 	if (!s->journal || !eligible(d, s, l))
 		return NULL;
 	shunt_list_for_each(pos, &s->channels) {
@@ -218,6 +219,7 @@ struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct list
 	/* As many connections as the kernel would let it have, within reason. */
 	if (open >= SHUNTD_CHANS_PER_CLIENT)
 		return NULL;
+	*made = true;
 	return chan_new(d, s, l);
 }
 
@@ -246,10 +248,12 @@ struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct 
 }
 
 int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint32_t seq,
-		      const struct shunt_wire_addr *src, int doorbell, uint32_t flags)
+		      const struct shunt_wire_addr *src, int doorbell, uint32_t flags,
+		      struct link *k)
 {
 	struct shunt_msg_chan r;
-	int fds[2] = { ch->memfd, doorbell };
+	int fds[SHUNT_MSG_MAX_FDS] = { ch->memfd }, e;
+	unsigned n = 1;
 
 	shunt_proto_init(&r, type | SHUNT_MSG_REPLY, sizeof(r), seq);
 	r.h.status = SHUNT_USE_CHANNEL;
@@ -259,7 +263,19 @@ int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint
 	r.flags = flags;
 	if (src)
 		r.src = *src;
-	return shuntd_session_reply(s, &r, fds, doorbell >= 0 ? 2 : 1);
+	if (doorbell >= 0)
+		fds[n++] = doorbell;
+	if (k)
+		n += shuntd_link_attach(s, k, &r, fds + n);
+	r.gone = shuntd_link_take_gone(s);
+	e = shuntd_session_reply(s, &r, fds, n);
+	if (k)
+		shuntd_link_handed(s, k, e == 0);
+	if (e == 0)
+		shuntd_link_settle(s);
+	else if (r.gone)
+		s->ngone++;	/* still in its place: told some other time */
+	return e;
 }
 
 /* The circuit living in slot @i of @ch, as a circuit of shuntd's, or NULL. */

@@ -75,6 +75,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	struct channel *ch;
 	struct circuit *c;
 	struct hold *h;
+	bool made;
 	/*
 	 * A request the library gave up on is answered and nothing more: the
 	 * kernel is connecting the socket. Only what needs no change to it
@@ -160,13 +161,14 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 	 */
 	if (!(m->flags & SHUNT_CONNECT_NO_CHANNEL) && f.netns == l->netns &&
 	    (shunt_addr_is_loopback(&m->dst) || shunt_addr_is_any(&m->dst)) &&
-	    (ch = shuntd_chan_for(d, s, l, m->flags & SHUNT_CONNECT_CHANNEL_FULL))) {
+	    (ch = shuntd_chan_for(d, s, l, m->flags & SHUNT_CONNECT_CHANNEL_FULL, &made))) {
 		struct shunt_wire_addr bind_to = source_for(&src, f.domain);
+		struct link *k;
 
 		close(fd);
 		/* Links now, as for a circuit of ours: waking epoll waiters must not need us later. */
-		shuntd_link_prepare(d, s, l);
-		shuntd_chan_reply(s, ch, SHUNT_MSG_CONNECT, m->h.seq, &bind_to, l->doorbell, 0);
+		shuntd_link_prepare(d, s, l, made, &k);
+		shuntd_chan_reply(s, ch, SHUNT_MSG_CONNECT, m->h.seq, &bind_to, l->doorbell, 0, k);
 		return;
 	}
 	if (abandoned) {
@@ -204,7 +206,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		shunt_list_add_tail(&l->synq, &c->queue_node);
 	}
 	close(fd);
-	shuntd_link_prepare(d, s, l);
+	shuntd_link_prepare(d, s, l, false, NULL);
 	if (shuntd_circuit_reply(d, s, c, SHUNT_END_CONNECTOR, SHUNT_MSG_CONNECT, m->h.seq, -1) < 0)
 		shuntd_hold_release(d, h, true);
 }
@@ -233,7 +235,8 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 
 		if (ch) {
 			shuntd_chan_reply(s, ch, SHUNT_MSG_ACCEPT, m->h.seq, NULL, -1,
-					  last ? SHUNT_CHAN_LAST : 0);
+					  last ? SHUNT_CHAN_LAST : 0,
+					  shuntd_link_undelivered(s, ch->client));
 			return;
 		}
 		/* Nothing for it anywhere: what rang is to spare. */

@@ -95,13 +95,32 @@ struct link *shuntd_link_get(struct shuntd *d, struct session *a, struct session
 		link_free(l);
 		return NULL;
 	}
+	a->links_waiting++;
+	if (a != b)
+		b->links_waiting++;
 	return l;
 }
 
-void shuntd_link_prepare(struct shuntd *d, struct session *s, struct listener *l)
+/* @s has been handed @l (both sides, for a self link). */
+static void mark_delivered(struct session *s, struct link *l)
+{
+	unsigned side = l->side[0] == s ? 0 : 1;
+
+	if (l->delivered[side])
+		return;
+	l->delivered[side] = true;
+	if (l->side[0] == l->side[1])
+		l->delivered[side ^ 1] = true;
+	s->links_waiting--;
+}
+
+void shuntd_link_prepare(struct shuntd *d, struct session *s, struct listener *l, bool fresh,
+			 struct link **give)
 {
 	struct shunt_list *pos;
 
+	if (give)
+		*give = NULL;
 	shunt_list_for_each(pos, &l->holds) {
 		struct session *p = shunt_container_of(pos, struct hold, node)->session;
 		struct link *k;
@@ -111,10 +130,68 @@ void shuntd_link_prepare(struct shuntd *d, struct session *s, struct listener *l
 		k = shuntd_link_get(d, s, p);
 		if (!k)
 			continue;	/* made later, on demand, while we live */
-		for (unsigned side = 0; side < 2; side++)
-			if (!k->delivered[side])
-				shuntd_link_notify(k->side[side], SHUNT_LINK_SLOT_PULL);
+		for (unsigned side = 0; side < 2; side++) {
+			struct session *x = k->side[side];
+
+			if (k->delivered[side])
+				continue;
+			/* One link goes with the reply (both sides of a self link). */
+			if (x == s && give && (!*give || *give == k)) {
+				*give = k;
+				continue;
+			}
+			/* Nobody maps a new channel but through ACCEPT, which hands this over. */
+			if (x != s && fresh)
+				continue;
+			shuntd_link_notify(x, SHUNT_LINK_SLOT_PULL);
+		}
 	}
+}
+
+struct link *shuntd_link_undelivered(struct session *s, struct session *partner)
+{
+	struct link *k = partner ? shunt_map_get(&s->links, partner->id) : NULL;
+
+	return k && !k->delivered[k->side[0] == s ? 0 : 1] ? k : NULL;
+}
+
+unsigned shuntd_link_attach(struct session *s, struct link *k, struct shunt_msg_chan *r,
+			    int fds[3])
+{
+	unsigned side = k->side[0] == s ? 0 : 1;
+
+	r->flags |= SHUNT_CHAN_LINK;
+	r->link = k->id;
+	r->partner = k->side[side ^ 1]->id;
+	r->side = (uint8_t)side;
+	fds[0] = k->memfd;
+	fds[1] = k->efd[side];
+	fds[2] = k->efd[side ^ 1];
+	return 3;
+}
+
+void shuntd_link_handed(struct session *s, struct link *k, bool sent)
+{
+	if (!sent) {
+		/* It asks for it the usual way. */
+		shuntd_link_notify(s, SHUNT_LINK_SLOT_PULL);
+		return;
+	}
+	mark_delivered(s, k);
+}
+
+uint64_t shuntd_link_take_gone(struct session *s)
+{
+	return s->ngone ? s->gone[--s->ngone] : 0;
+}
+
+void shuntd_link_settle(struct session *s)
+{
+	const uint64_t bit = 1ull << (SHUNT_LINK_SLOT_PULL % 64);
+
+	/* Only the slot's bit: a drain that finds its word empty does nothing. */
+	if (s->dlink && !s->links_waiting && !s->ngone)
+		atomic_fetch_and(&s->dlink->hdr->side[0].bits[SHUNT_LINK_SLOT_PULL / 64], ~bit);
 }
 
 void shuntd_link_notify(struct session *s, uint32_t slot)
@@ -142,11 +219,8 @@ static void reply_link(struct session *s, uint16_t type, uint32_t seq, struct li
 	r.link = l->id;
 	r.partner = l->side[side ^ 1]->id;
 	r.side = (uint8_t)side;
-	if (shuntd_session_reply(s, &r, fds, 3) == 0) {
-		l->delivered[side] = true;
-		if (l->side[0] == l->side[1])
-			l->delivered[side ^ 1] = true;
-	}
+	if (shuntd_session_reply(s, &r, fds, 3) == 0)
+		mark_delivered(s, l);
 }
 
 void shuntd_link_request(struct shuntd *d, struct session *s, const struct shunt_msg_link *m)
@@ -240,6 +314,8 @@ void shuntd_link_session_gone(struct shuntd *d, struct session *s)
 			shunt_map_del(&other->links, s->id);
 			if (l->delivered[side ^ 1])
 				tell_gone(other, l->id);
+			else
+				other->links_waiting--;
 		}
 		link_free(l);
 	}

@@ -155,6 +155,7 @@ struct session {
 	struct shunt_map chans_given;	/* channel id -> struct channel, given as an acceptor */
 	uint64_t *gone;			/* ids of links whose partner is gone, not yet told */
 	size_t ngone, gone_cap;
+	uint32_t links_waiting;		/* links of its that it has not been handed yet */
 	/*
 	 * A STATUS reply being sent as fast as the client takes it (status.c):
 	 * while it is, the session's requests wait, and the loop watches its
@@ -544,11 +545,12 @@ struct session *shuntd_circuit_holder(struct circuit *c, unsigned end);
  */
 /*
  * The channel @s connects to @l through: the open one it has, or, when
- * @full (its slots are all taken), one with a free slot or a new one, up to
- * SHUNTD_CHANS_PER_CLIENT. NULL: connect through a circuit of shuntd's.
+ * @full (its slots are all taken), one with a free slot or a new one
+ * (*@made), up to SHUNTD_CHANS_PER_CLIENT. NULL: connect through a circuit
+ * of shuntd's.
  */
 struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct listener *l,
-				bool full);
+				bool full, bool *made);
 /*
  * A channel of @l not yet given to @s, which holds @l (marked given), or
  * NULL; *@last tells whether it was the last one.
@@ -583,10 +585,12 @@ void shuntd_chan_accepted(struct shuntd *d, struct session *s,
 /*
  * Reply to a CONNECT (with the source address to bind to and the
  * listener's doorbell) or an ACCEPT (@src NULL, @doorbell -1) with a
- * channel to use: status SHUNT_USE_CHANNEL, @flags enum shunt_chan_flags.
+ * channel to use: status SHUNT_USE_CHANNEL, @flags enum shunt_chan_flags,
+ * link @k (or NULL) handed over with it, and a dead link to forget.
  */
 int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint32_t seq,
-		      const struct shunt_wire_addr *src, int doorbell, uint32_t flags);
+		      const struct shunt_wire_addr *src, int doorbell, uint32_t flags,
+		      struct link *k);
 
 /* journal.c */
 /* A new session's journal; -errno if it cannot be made. */
@@ -674,9 +678,30 @@ struct link *shuntd_link_get(struct shuntd *d, struct session *a, struct session
  * Links between @s, connecting to @l, and each process that may accept the
  * connection, offered to both sides (SHUNT_LINK_SLOT_PULL) right away: a
  * link asked for only when first needed cannot be had once shuntd is dead,
- * and its connection could then never wake an epoll waiter.
+ * and its connection could then never wake an epoll waiter. Except: one
+ * link of @s's, returned in *@give (when @give is not NULL), which goes
+ * with the reply (shuntd_link_attach); and when @fresh (the connection goes
+ * through a channel made just now), the accepting side's, which goes with
+ * the channel when it asks for it (ACCEPT).
  */
-void shuntd_link_prepare(struct shuntd *d, struct session *s, struct listener *l);
+void shuntd_link_prepare(struct shuntd *d, struct session *s, struct listener *l, bool fresh,
+			 struct link **give);
+/* The link of @s with @partner if @s has not been handed it yet, or NULL. */
+struct link *shuntd_link_undelivered(struct session *s, struct session *partner);
+/*
+ * Put link @k into channel reply @r for @s: its fields, its descriptors in
+ * @fds (how many returned); once sent, shuntd_link_handed says whether it went.
+ */
+unsigned shuntd_link_attach(struct session *s, struct link *k, struct shunt_msg_chan *r,
+			    int fds[3]);
+void shuntd_link_handed(struct session *s, struct link *k, bool sent);
+/* A dead link to tell @s about, taken off its list, or 0. */
+uint64_t shuntd_link_take_gone(struct session *s);
+/*
+ * @s has been handed everything (links, dead links): take back the
+ * SHUNT_LINK_SLOT_PULL posted for it, so that it does not ask for nothing.
+ */
+void shuntd_link_settle(struct session *s);
 /* Post @slot to @s through its daemon link (and wake it if it sleeps). */
 void shuntd_link_notify(struct session *s, uint32_t slot);
 void shuntd_link_session_gone(struct shuntd *d, struct session *s);

@@ -345,7 +345,7 @@ static int open_session_locked(int64_t deadline)
  */
 static bool catch_up_locked(int64_t deadline)
 {
-	struct answer a = { .want = 2 };
+	struct answer a = { .want = SHUNT_MSG_MAX_FDS };
 	struct shunt_msg_hdr h;
 	struct shunt_grant g;
 	int r;
@@ -626,6 +626,18 @@ void shunt_grant_discard(struct shunt_grant *g)
 	g->kernel_half = g->memfd = g->doorbell = -1;
 }
 
+/* Install the link that came with channel reply @m (its three descriptors taken over). */
+static void take_chan_link(const struct shunt_msg_chan *m, int fds[3])
+{
+	struct shunt_msg_link_reply r = { .link = m->link, .partner = m->partner, .side = m->side };
+
+	if (r.side > 1) {
+		shunt_proto_close_fds(fds, 3);
+		return;
+	}
+	shunt_plink_install(&r, fds);
+}
+
 /* Unpack a circuit reply and its descriptors into @g. */
 static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 		      struct shunt_grant *g)
@@ -635,14 +647,22 @@ static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 	g->kernel_half = g->memfd = g->doorbell = -1;
 	g->offset = 0;
 	if (status == SHUNT_USE_CHANNEL) {
+		unsigned nlink;
+
 		/* shunt_proto_check let this status through only as a channel. */
 		memcpy(&g->chan, reply, sizeof(g->chan));
-		if (n < 1 || n > 2) {
+		nlink = g->chan.flags & SHUNT_CHAN_LINK ? 3 : 0;
+		if (n < 1 + nlink || n > 2 + nlink) {
 			shunt_proto_close_fds(rfds, n);
 			return -EPROTO;
 		}
 		g->memfd = rfds[0];
-		g->doorbell = n == 2 ? rfds[1] : -1;
+		g->doorbell = n - nlink == 2 ? rfds[1] : -1;
+		/* A link to the other side, saving the LINK_NEXT that would fetch it. */
+		if (nlink)
+			take_chan_link(&g->chan, rfds + n - 3);
+		if (g->chan.gone)
+			shunt_plink_gone(g->chan.gone);
 		return status;
 	}
 	if (status != SHUNT_OK) {
@@ -741,7 +761,8 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 	m.dst = *dst;
 	m.flags = flags;
 	struct patience pt = patience_from_now(&m.flags, SHUNT_CONNECT_DEADLINE, dst);
-	r = request_circuit(&m, fd, 1, g, why, &pt);
+	/* A circuit's memfd, or a channel's with the doorbell and a link's three. */
+	r = request_circuit(&m, fd, SHUNT_MSG_MAX_FDS, g, why, &pt);
 	if (r == -ENOTCONN)
 		shunt_stats.fallback_nodaemon++;
 	else if (r == -ETIMEDOUT)
@@ -761,7 +782,8 @@ int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 	 * queueing (chan.c) must not make accept() wait for a stopped shuntd.
 	 */
 	struct patience pt = patience_from_now(&m.flags, SHUNT_ACCEPT_DEADLINE, NULL);
-	r = request_circuit(&m, fd, 2, g, NULL, &pt);
+	/* A circuit's memfd and kernel half, or a channel's memfd and a link's three. */
+	r = request_circuit(&m, fd, 4, g, NULL, &pt);
 	/*
 	 * shuntd is gone, and what it had queued went with it: nothing to
 	 * take, the kernel's queue is still there. The doorbell rang for

@@ -373,9 +373,10 @@ static bool fds_ok(const void *buf, unsigned nfds)
 
 	if (!(h->type & SHUNT_MSG_REPLY))
 		return nfds == 0;		/* status records */
-	/* A channel: its memfd, and for a CONNECT the listener's doorbell. */
+	/* A channel: its memfd, for a CONNECT the listener's doorbell, and maybe a link. */
 	if (h->status == SHUNT_USE_CHANNEL && (t == SHUNT_MSG_CONNECT || t == SHUNT_MSG_ACCEPT))
-		return nfds == (t == SHUNT_MSG_CONNECT ? 2u : 1u);
+		return nfds == (t == SHUNT_MSG_CONNECT ? 2u : 1u) +
+			       (((const struct shunt_msg_chan *)buf)->flags & SHUNT_CHAN_LINK ? 3u : 0u);
 	if (h->status != SHUNT_OK)
 		return nfds == 0;
 	switch (t) {
