@@ -4,7 +4,6 @@
  * runs the library too (an exec ticket at shuntd, claimed by the new image
  * at start), moved onto the kernel for one that cannot take them.
  */
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +25,7 @@
 #include "preload/fdtable.h"
 #include "preload/fork.h"
 #include "preload/handoff.h"
+#include "preload/inherited.h"
 #include "preload/libc.h"
 #include "preload/notice.h"
 #include "preload/ops.h"
@@ -301,16 +301,12 @@ struct inherited {
  * without companions, one the kernel never connected. A listener may be
  * one a ticket kept too. An ordinary kernel connection is none of these.
  */
-static bool maybe_kept(int fd, uint64_t *ino, bool *hint)
+static bool maybe_kept(int fd, bool *hint)
 {
 	int domain = 0, type = 0, proto = 0, repair = 0;
 	struct tcp_info ti = { 0 };
 	socklen_t len = sizeof(int), tl = sizeof(ti);
-	struct stat st;
 
-	if (shunt_fdt_is_ours(fd) || shunt_fdt_is_hidden(fd) || fstat(fd, &st) < 0 ||
-	    !S_ISSOCK(st.st_mode))
-		return false;
 	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
 	    (domain != AF_INET && domain != AF_INET6))
 		return false;
@@ -321,7 +317,6 @@ static bool maybe_kept(int fd, uint64_t *ino, bool *hint)
 	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) < 0 ||
 	    proto != IPPROTO_TCP)
 		return false;
-	*ino = (uint64_t)st.st_ino;
 	len = sizeof(int);
 	if (shunt_libc.getsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 && repair)
 		*hint = true;
@@ -331,42 +326,17 @@ static bool maybe_kept(int fd, uint64_t *ino, bool *hint)
 	return true;
 }
 
-/* The inherited TCP sockets, and whether any may be kept for us. */
-static size_t scan(struct inherited **out, bool *hint)
+/* The inherited TCP sockets among @socks, and whether any may be kept for us. */
+static size_t scan(const struct shunt_inherited *socks, size_t nsocks, struct inherited **out,
+		   bool *hint)
 {
-	char buf[4096];
-	int dir = (int)shunt_syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
-				     O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	struct inherited *v = NULL;
-	size_t n = 0, cap = 0;
-	long got;
+	struct inherited *v = nsocks ? malloc(nsocks * sizeof(*v)) : NULL;
+	size_t n = 0;
 
-	*out = NULL;
-	if (dir < 0)
-		return 0;
-	while ((got = shunt_syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
-		for (long off = 0; off < got;) {
-			struct dirent64 *e = (struct dirent64 *)(buf + off);
-			char *end;
-			long fd = strtol(e->d_name, &end, 10);
-			uint64_t ino;
-
-			off += e->d_reclen;
-			if (*end || end == e->d_name || fd == dir || !maybe_kept((int)fd, &ino, hint))
-				continue;
-			if (n == cap) {
-				struct inherited *more = realloc(v, (cap ? 2 * cap : 8) * sizeof(*v));
-
-				if (!more)
-					break;
-				v = more;
-				cap = cap ? 2 * cap : 8;
-			}
-			v[n++] = (struct inherited){ (int)fd, ino, false };
-		}
-	}
-	shunt_syscall(SYS_close, dir);
 	*out = v;
+	for (size_t i = 0; v && i < nsocks; i++)
+		if (maybe_kept(socks[i].fd, hint))
+			v[n++] = (struct inherited){ socks[i].fd, socks[i].ino, false };
 	return n;
 }
 
@@ -438,11 +408,11 @@ static void rebuild(struct shunt_conn *c, uint32_t flags, const struct inherited
 	shunt_sock_put(s);
 }
 
-void shunt_exec_adopt(void)
+void shunt_exec_adopt(const struct shunt_inherited *socks, size_t nsocks)
 {
 	struct inherited *v, *same;
 	bool hint = false;
-	size_t n = scan(&v, &hint), taken = 0, lost = 0;
+	size_t n = scan(socks, nsocks, &v, &hint), taken = 0, lost = 0;
 	int r;
 
 	if (!hint)

@@ -51,11 +51,14 @@ void shunt_exec_failed(struct shunt_exec_undo u);
  */
 void shunt_exec_spawned(struct shunt_exec_undo u, pid_t pid);
 
+struct shunt_inherited;
+
 /*
  * In a new image, from init, before main(): claim the exec ticket of this
  * process if the program before the exec left one, and rebuild the sockets
- * it kept (state, options, the circuit) on the descriptors they have.
+ * it kept (state, options, the circuit) on the descriptors they have, among
+ * the @nsocks sockets @socks it started with.
  */
-void shunt_exec_adopt(void);
+void shunt_exec_adopt(const struct shunt_inherited *socks, size_t nsocks);
 
 #endif

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 /* Handing sockets on (exec, posix_spawn, SCM_RIGHTS): the connection moves onto the kernel. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include "preload/file.h"
 #include "preload/fork.h"
 #include "preload/handoff.h"
+#include "preload/inherited.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
 
@@ -153,26 +153,8 @@ void shunt_handoff_received(const struct msghdr *msg)
 	each_passed_fd(msg, received_one);
 }
 
-void shunt_handoff_inherited(void)
+void shunt_handoff_inherited(const struct shunt_inherited *socks, size_t nsocks)
 {
-	char buf[4096];
-	int dir = (int)shunt_syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
-			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	long n;
-
-	if (dir < 0)
-		return;
-	while ((n = shunt_syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
-		for (long off = 0; off < n;) {
-			struct dirent64 *e = (struct dirent64 *)(buf + off);
-			char *end;
-			long fd = strtol(e->d_name, &end, 10);
-
-			off += e->d_reclen;
-			if (*end || end == e->d_name || fd == dir)
-				continue;
-			shunt_op_adopt_listener((int)fd);
-		}
-	}
-	shunt_syscall(SYS_close, dir);
+	for (size_t i = 0; i < nsocks; i++)
+		shunt_op_adopt_listener(socks[i].fd);
 }

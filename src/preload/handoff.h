@@ -38,7 +38,9 @@ void shunt_handoff_scm(const struct msghdr *msg);
  * socket among them is registered with shuntd — as one more holder of the
  * registration it may already have — so its shunt clients keep coming.
  */
+struct shunt_inherited;
+
 void shunt_handoff_received(const struct msghdr *msg);
-void shunt_handoff_inherited(void);
+void shunt_handoff_inherited(const struct shunt_inherited *socks, size_t nsocks);
 
 #endif

@@ -20,6 +20,7 @@
 #include "preload/fdtable.h"
 #include "preload/fork.h"
 #include "preload/handoff.h"
+#include "preload/inherited.h"
 #include "preload/init.h"
 #include "preload/libc.h"
 #include "preload/notice.h"
@@ -99,8 +100,12 @@ static void init(void)
 	 * an exec).
 	 */
 	if (enabled) {
-		shunt_exec_adopt();
-		shunt_handoff_inherited();
+		struct shunt_inherited *socks;
+		size_t n = shunt_inherited_sockets(&socks);
+
+		shunt_exec_adopt(socks, n);
+		shunt_handoff_inherited(socks, n);
+		free(socks);
 	}
 }
 
