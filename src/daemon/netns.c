@@ -455,12 +455,17 @@ fail:
 	return NULL;
 }
 
-struct netns *shuntd_netns_of_pid(struct shuntd *d, pid_t pid)
+struct netns *shuntd_netns_of_pid(struct shuntd *d, pid_t pid, uint64_t inode)
 {
-	struct netns *ns;
+	struct netns *ns = inode ? shunt_map_get(&d->netns, inode) : NULL;
 	char path[64];
 	int fd;
 
+	/* Known already (held open, so its inode is no other's): no need to look. */
+	if (ns) {
+		ns->refs++;
+		return ns;
+	}
 	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)

@@ -68,7 +68,7 @@ void shuntd_session_accept(struct shuntd *d)
 		read_comm(cred.pid, s->comm);
 		shuntd_tenant_identify(d, s);
 		/* Its namespace's view lives while it does: connects from there reuse it. */
-		s->ns = shuntd_netns_of_pid(d, cred.pid);
+		s->ns = shuntd_netns_of_pid(d, cred.pid, s->facts.netns);
 		shunt_list_init(&s->holds);
 		shunt_map_init(&s->links);
 		shunt_list_init(&s->channels);

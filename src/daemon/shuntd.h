@@ -496,7 +496,7 @@ int shuntd_netns_init(struct shuntd *d);
  */
 struct netns *shuntd_netns_get(struct shuntd *d, int nsfd);
 /* The same for the namespace of process @pid, or of socket @fd (found by @inode if known). */
-struct netns *shuntd_netns_of_pid(struct shuntd *d, pid_t pid);
+struct netns *shuntd_netns_of_pid(struct shuntd *d, pid_t pid, uint64_t inode);
 struct netns *shuntd_netns_of_socket(struct shuntd *d, int fd, uint64_t inode);
 /* Drop a reference (NULL is fine). */
 void shuntd_netns_put(struct shuntd *d, struct netns *ns);
