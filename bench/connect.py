@@ -14,7 +14,9 @@ Shapes:
   spawn    a process per connection (a health check, a CGI client): one
            parent starts --spawn children one after another, each connects
            once (and echoes 1 byte) and exits: time per process, start-up
-           of the library, its HELLO and its channel included.
+           of the library, its HELLO and its channel included, and the
+           CPU time of the whole machine per process (/proc/stat: the
+           children, the server and shuntd).
   memory   memory per connection at rest: bench/memory.py (2,000
            connections after 1 KiB and after 256 KiB each way), its
            memory.json and memory.png in the same directory.
@@ -67,6 +69,7 @@ class Bench:
         procs = []
         try:
             wait_ready(ready, srv, "conn server")
+            busy0 = busy_s()
             t0 = time.monotonic()
             procs = [spawn(pre + [self.conn] + c + ["--port", str(port)], env) for c in clients]
             recs = []
@@ -77,6 +80,7 @@ class Bench:
                     raise RuntimeError("conn client failed: %s" % err.strip()[-400:])
                 recs.append(rec)
             wall = time.monotonic() - t0
+            self.last_busy_s = busy_s() - busy0
         finally:
             for p in procs:
                 stop(p)
@@ -102,6 +106,15 @@ class Bench:
 
 def median(xs):
     return statistics.median(xs) if xs else None
+
+
+def busy_s():
+    """Seconds all CPUs together spent busy (not idle or waiting for I/O),
+    from /proc/stat: what a run costs the machine, shuntd and servers
+    included."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def repeated(args, mode, once, keys):
@@ -144,8 +157,9 @@ def do_prefork(b, args, mode):
 def do_spawn(b, args, mode):
     def once():
         recs, _, on_shm = b.session(mode, 1, [["spawn", "--count", str(args.spawn)]])
-        return {"per_process_us": recs[0]["per_process_us"], "on_shm": on_shm}
-    return repeated(args, mode, once, ("per_process_us",))
+        return {"per_process_us": recs[0]["per_process_us"],
+                "cpu_per_process_us": b.last_busy_s * 1e6 / args.spawn, "on_shm": on_shm}
+    return repeated(args, mode, once, ("per_process_us", "cpu_per_process_us"))
 
 
 def do_memory(args, out):
@@ -185,8 +199,10 @@ def targets(doc):
     if "spawn" in doc:
         k, s = doc["spawn"]["kernel"], doc["spawn"]["shunt"]
         add(s["per_process_us"] <= k["per_process_us"],
-            "spawn: %.0f us per process that connects once, kernel %.0f us (need <= kernel)" % (
-                s["per_process_us"], k["per_process_us"]))
+            "spawn: %.0f us per process that connects once, kernel %.0f us (need <= kernel); "
+            "CPU of the whole machine %.0f us per process, kernel %.0f us" % (
+                s["per_process_us"], k["per_process_us"], s["cpu_per_process_us"],
+                k["cpu_per_process_us"]))
     if "memory" in doc:
         for t in doc["memory"].get("targets", []):
             add(t["pass"], "memory at rest after %d B each way: %.2f KiB per connection more "
