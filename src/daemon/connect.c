@@ -217,7 +217,8 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 	struct sock_facts f;
 	struct circuit *c;
 	struct hold *h;
-	int r = shuntd_socket_facts(fd, &f), half;
+	/* Which socket it is, no more: only the listener we know is accepted on. */
+	int r = shuntd_socket_identity(fd, &f), half;
 
 	close(fd);
 	/* Given up on before we took it: nothing is handed out, nothing is lost. */

@@ -429,6 +429,13 @@ struct sock_facts {
 	struct shunt_wire_addr local;
 };
 int shuntd_socket_facts(int fd, struct sock_facts *f);
+/*
+ * Only what says which socket @fd is and whether it listens: @f's inode,
+ * domain and listening (the rest zero). Enough to recognise a listener
+ * shuntd knows (its inode, unique while shuntd holds it), in 3 system calls
+ * where shuntd_socket_facts makes about 12.
+ */
+int shuntd_socket_identity(int fd, struct sock_facts *f);
 /* Why shuntd_socket_facts said @err, for a log line a person can act on. */
 const char *shuntd_socket_refusal(int err);
 /* Learn shuntd's own namespace (inode @netns_self), for sockets it cannot ask about. */

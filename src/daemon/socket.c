@@ -88,6 +88,25 @@ const char *shuntd_socket_refusal(int err)
 	}
 }
 
+int shuntd_socket_identity(int fd, struct sock_facts *f)
+{
+	struct stat st;
+	int acc, r;
+
+	memset(f, 0, sizeof(*f));
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISSOCK(st.st_mode))
+		return -ENOTSOCK;
+	f->inode = st.st_ino;
+	f->uid = st.st_uid;
+	if ((r = getint(fd, SOL_SOCKET, SO_DOMAIN, &f->domain)) < 0 ||
+	    (r = getint(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc)) < 0)
+		return r;
+	f->listening = acc != 0;
+	return 0;
+}
+
 int shuntd_socket_facts(int fd, struct sock_facts *f)
 {
 	struct sockaddr_storage ss;
