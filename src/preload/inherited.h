@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * The sockets among the descriptors a process starts with: /proc/self/fd
- * read once, at init, for the exec hand-off (exec.c) and the listening
- * sockets it was started with (handoff.c).
+ * The sockets among the descriptors a process starts with: found once, at
+ * init, for the exec hand-off (exec.c) and the listening sockets it was
+ * started with (handoff.c).
  */
 #ifndef SHUNT_PRELOAD_INHERITED_H
 #define SHUNT_PRELOAD_INHERITED_H
@@ -17,8 +17,9 @@ struct shunt_inherited {
 
 /*
  * The open sockets of this process that are not the library's own, in *@out
- * (malloc'd, NULL when none): how many.
+ * (malloc'd, NULL when none): how many. @fdsize: the size of the process's
+ * descriptor table (above every open descriptor), or 0 if unknown.
  */
-size_t shunt_inherited_sockets(struct shunt_inherited **out);
+size_t shunt_inherited_sockets(unsigned fdsize, struct shunt_inherited **out);
 
 #endif

@@ -62,13 +62,13 @@ static void say_filtered(void)
 static void init(void)
 {
 	const char *off = getenv("SHUNT_DISABLE");
-	unsigned pid;
+	unsigned pid, fdsize;
 	/*
 	 * First of all: a process exec'd into a seccomp sandbox must not be
 	 * killed for a call of ours, so nothing else is asked of the kernel
 	 * before we know (getpid() included).
 	 */
-	bool filtered = shunt_seccomp_start(&pid);
+	bool filtered = shunt_seccomp_start(&pid, &fdsize);
 
 	shunt_pid = filtered ? pid : (uint32_t)getpid();
 	shunt_log_set_pid((int)shunt_pid);
@@ -101,7 +101,7 @@ static void init(void)
 	 */
 	if (enabled) {
 		struct shunt_inherited *socks;
-		size_t n = shunt_inherited_sockets(&socks);
+		size_t n = shunt_inherited_sockets(fdsize, &socks);
 
 		shunt_exec_adopt(socks, n);
 		shunt_handoff_inherited(socks, n);

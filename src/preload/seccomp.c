@@ -349,14 +349,14 @@ static long field(const char *s, const char *key)
 	return -1;
 }
 
-bool shunt_seccomp_start(unsigned *pid)
+bool shunt_seccomp_start(unsigned *pid, unsigned *fdsize)
 {
 	char buf[8192];
 	size_t n = 0;
 	long r, mode;
 	int fd;
 
-	*pid = 0;
+	*pid = *fdsize = 0;
 	/* Raw calls with the gate still open: what the dynamic loader made already. */
 	fd = (int)shunt_syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -367,6 +367,8 @@ bool shunt_seccomp_start(unsigned *pid)
 	buf[n] = 0;
 	r = field(buf, "Pid");
 	*pid = r > 0 ? (unsigned)r : 0;
+	r = field(buf, "FDSize");
+	*fdsize = r > 0 && r <= UINT32_MAX ? (unsigned)r : 0;
 	mode = field(buf, "Seccomp");
 	if (mode <= 0)
 		return false;

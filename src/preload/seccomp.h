@@ -60,9 +60,11 @@ bool shunt_chain_strict(const struct shunt_chain *c);
  * forbidden and true is returned: the library must leave every socket to
  * the kernel. Reads /proc/self/status with openat, read and close only,
  * which the dynamic loader needed to load us anyway. *@pid gets the pid
- * from there (getpid() is a system call a filter may forbid), or 0.
+ * from there (getpid() is a system call a filter may forbid), or 0, and
+ * *@fdsize the size of the descriptor table (FDSize: above every open
+ * descriptor), or 0; the file is costly to make, so it is read once.
  */
-bool shunt_seccomp_start(unsigned *pid);
+bool shunt_seccomp_start(unsigned *pid, unsigned *fdsize);
 
 /*
  * prctl(@option, ...) and seccomp(@op, @flags, @uargs) on the application's
