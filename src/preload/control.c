@@ -334,6 +334,7 @@ static int open_session_locked(int64_t deadline)
 		drop_session("send", -r);
 		return -ENOTCONN;
 	}
+	shunt_stats.ctl_asks++;
 	ctl_hello_pending = true;
 	return hello_reply_locked(deadline);
 }
@@ -427,6 +428,7 @@ static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answ
 		drop_session("send", -r);
 		return -ENOTCONN;
 	}
+	shunt_stats.ctl_asks++;
 	if (may_give_up && reply_ready_locked(pt->deadline) == 0 &&
 	    shunt_journal_claim_withdraw(h->seq)) {
 		ctl_late = true;

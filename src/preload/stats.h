@@ -29,6 +29,7 @@ struct shunt_stats {
 	_Atomic uint64_t trim_idle;		/* tx rings the idle trimmer gave pages of back */
 	_Atomic uint64_t trim_read;		/* receives that gave back the pages they emptied */
 	_Atomic uint64_t accept_asks;		/* accepts that asked shuntd (the doorbell rang) */
+	_Atomic uint64_t ctl_asks;		/* requests to shuntd waited for (HELLO included) */
 	_Atomic int max_fd;			/* highest fd ever made a shunt socket */
 };
 

@@ -199,3 +199,51 @@ def test_clients_that_come_and_go_leave_no_channels(daemon, shunt_cli, build_dir
         server.wait()
     _, total = tools.read_stats(tmp_path / "stats.jsonl")
     assert total.get("shm_connect", 0) == 200, total
+
+
+def test_a_new_process_asks_shuntd_twice(daemon, shunt_cli, build_dir, tools, tmp_path):
+    """A process that connects once to a listener under shunt waits for
+    shuntd twice: HELLO, then CONNECT, whose reply brings the channel and
+    the link with the server; the connection itself goes through the
+    channel. The server asks once per such client (ACCEPT, whose reply
+    brings the client's channel and its link), and once more to be told
+    that the client before it is gone. Until stop 21 the client
+    also asked LINK_NEXT twice, and the server LINK_NEXT three times and
+    ACCEPT again per client (docs/connect.md, "A process per
+    connection")."""
+    storm = build_dir / "tests" / "control" / "storm"
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=daemon)
+    portfile = tmp_path / "port"
+    server_stats = tmp_path / "server.jsonl"
+    server = subprocess.Popen([str(shunt_cli()), "run", "--no-daemon", "--", str(storm), "server",
+                               str(portfile)], env=dict(env, SHUNT_STATS=str(server_stats)),
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, text=True)
+    clients = 5
+    try:
+        deadline = time.monotonic() + 10
+        while not (portfile.exists() and portfile.read_text().strip()):
+            assert time.monotonic() < deadline and server.poll() is None, "no listener"
+            time.sleep(0.02)
+        for i in range(clients):
+            res = subprocess.run([str(shunt_cli()), "run", "--no-daemon", "--", str(storm),
+                                  "client", portfile.read_text().strip(), "1"],
+                                 input="run 1 0\nquit\n", capture_output=True, text=True,
+                                 env=dict(env, SHUNT_STATS=str(tmp_path / "clients.jsonl")),
+                                 timeout=60)
+            assert res.returncode == 0 and "done ok=1 " in res.stdout, res.stdout + res.stderr
+        server.communicate("quit\n", timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    each, _ = tools.read_stats(tmp_path / "clients.jsonl")
+    assert len(each) == clients, each
+    for rec in each:
+        assert rec["shm_connect"] == 1 and rec["ctl_asks"] == 2, rec
+    (srv,), _ = tools.read_stats(server_stats)
+    assert srv["shm_accept"] == clients, srv
+    # HELLO and LISTEN, then per client its ACCEPT, and a LINK_NEXT to be
+    # told the one before is gone (before stop 21: 2 + 5 per client).
+    assert srv["ctl_asks"] <= 2 + 2 * clients, srv
