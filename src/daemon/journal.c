@@ -193,6 +193,17 @@ void shuntd_journal_kicked(struct shuntd *d, struct journal *j)
 	wake_up(j, d);
 }
 
+void shuntd_journal_expect(struct shuntd *d, struct session *s)
+{
+	struct journal *j = s->journal;
+
+	if (!j || j->awake)
+		return;
+	/* Before the reply that leads to the entry: the library sees it and does not kick. */
+	atomic_store(&j->hdr->kick, SHUNT_JOURNAL_AWAKE);
+	wake_up(j, d);
+}
+
 int shuntd_journal_next_tick(struct shuntd *d)
 {
 	int64_t left;

@@ -615,6 +615,11 @@ void shuntd_journal_read_all(struct shuntd *d);
 bool shuntd_journal_claim(struct session *s, uint32_t seq);
 /* The process kicked its journal. */
 void shuntd_journal_kicked(struct shuntd *d, struct journal *j);
+/*
+ * @s is about to journal (a channel was just handed to it): stay awake for
+ * its entries, read at the next tick, so that it need not kick us for them.
+ */
+void shuntd_journal_expect(struct shuntd *d, struct session *s);
 /* Milliseconds until awake journals need a look (-1: none), and the look. */
 int shuntd_journal_next_tick(struct shuntd *d);
 void shuntd_journal_tick(struct shuntd *d);
