@@ -111,25 +111,14 @@ int shuntd_socket_facts(int fd, struct sock_facts *f)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	struct stat st;
-	int type, proto, acc, r;
+	int type, proto, acc, r = shuntd_socket_identity(fd, f);
 
-	memset(f, 0, sizeof(*f));
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if (!S_ISSOCK(st.st_mode))
-		return -ENOTSOCK;
-	f->inode = st.st_ino;
-	f->uid = st.st_uid;
-	if ((r = getint(fd, SOL_SOCKET, SO_DOMAIN, &f->domain)) < 0 ||
-	    (r = getint(fd, SOL_SOCKET, SO_TYPE, &type)) < 0 ||
-	    (r = getint(fd, SOL_SOCKET, SO_PROTOCOL, &proto)) < 0 ||
-	    (r = getint(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc)) < 0)
+	if (r < 0 || (r = getint(fd, SOL_SOCKET, SO_TYPE, &type)) < 0 ||
+	    (r = getint(fd, SOL_SOCKET, SO_PROTOCOL, &proto)) < 0)
 		return r;
 	if ((f->domain != AF_INET && f->domain != AF_INET6) || type != SOCK_STREAM ||
 	    proto != IPPROTO_TCP)
 		return -EPROTONOSUPPORT;
-	f->listening = acc != 0;
 	if (f->domain == AF_INET6) {
 		int v6only;
 
