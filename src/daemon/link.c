@@ -101,10 +101,32 @@ struct link *shuntd_link_get(struct shuntd *d, struct session *a, struct session
 	return l;
 }
 
+/* The side of @l that @s drains. */
+static unsigned side_of(const struct link *l, const struct session *s)
+{
+	return l->side[0] == s ? 0 : 1;
+}
+
+static bool undelivered(const struct session *s, const struct link *l)
+{
+	return !l->delivered[side_of(l, s)];
+}
+
+/* @l's descriptors for @s, in @fds: its memfd, the eventfd of @s's side, the other; that side. */
+static unsigned hand(const struct session *s, const struct link *l, int fds[3])
+{
+	unsigned side = side_of(l, s);
+
+	fds[0] = l->memfd;
+	fds[1] = l->efd[side];
+	fds[2] = l->efd[side ^ 1];
+	return side;
+}
+
 /* @s has been handed @l (both sides, for a self link). */
 static void mark_delivered(struct session *s, struct link *l)
 {
-	unsigned side = l->side[0] == s ? 0 : 1;
+	unsigned side = side_of(l, s);
 
 	if (l->delivered[side])
 		return;
@@ -152,21 +174,18 @@ struct link *shuntd_link_undelivered(struct session *s, struct session *partner)
 {
 	struct link *k = partner ? shunt_map_get(&s->links, partner->id) : NULL;
 
-	return k && !k->delivered[k->side[0] == s ? 0 : 1] ? k : NULL;
+	return k && undelivered(s, k) ? k : NULL;
 }
 
 unsigned shuntd_link_attach(struct session *s, struct link *k, struct shunt_msg_chan *r,
 			    int fds[3])
 {
-	unsigned side = k->side[0] == s ? 0 : 1;
+	unsigned side = hand(s, k, fds);
 
 	r->flags |= SHUNT_CHAN_LINK;
 	r->link = k->id;
 	r->partner = k->side[side ^ 1]->id;
 	r->side = (uint8_t)side;
-	fds[0] = k->memfd;
-	fds[1] = k->efd[side];
-	fds[2] = k->efd[side ^ 1];
 	return 3;
 }
 
@@ -210,8 +229,8 @@ static void reply_link(struct session *s, uint16_t type, uint32_t seq, struct li
 		       uint16_t flags, uint64_t gone)
 {
 	struct shunt_msg_link_reply r;
-	unsigned side = l->side[0] == s ? 0 : 1;
-	int fds[3] = { l->memfd, l->efd[side], l->efd[side ^ 1] };
+	int fds[3];
+	unsigned side = hand(s, l, fds);
 
 	shunt_proto_init(&r, type | SHUNT_MSG_REPLY, sizeof(r), seq);
 	r.flags = flags;
@@ -240,13 +259,8 @@ void shuntd_link_request(struct shuntd *d, struct session *s, const struct shunt
 	}
 	reply_link(s, SHUNT_MSG_LINK, m->h.seq, l, 0, 0);
 	/* The partner must drain its side before our first notice there counts. */
-	if (p != s && !l->delivered[l->side[0] == p ? 0 : 1])
+	if (p != s && undelivered(p, l))
 		shuntd_link_notify(p, SHUNT_LINK_SLOT_PULL);
-}
-
-static bool undelivered(struct session *s, struct link *l)
-{
-	return !l->delivered[l->side[0] == s ? 0 : 1];
 }
 
 /*
@@ -267,7 +281,7 @@ void shuntd_link_next(struct shuntd *d, struct session *s, const struct shunt_ms
 		shuntd_session_reply_status(s, SHUNT_MSG_LINK_NEXT, m->h.seq, SHUNT_NONE);
 		return;
 	}
-	gone = s->ngone ? s->gone[--s->ngone] : 0;
+	gone = shuntd_link_take_gone(s);
 	if (!l) {
 		struct shunt_msg_link_reply r;
 
@@ -307,7 +321,7 @@ void shuntd_link_session_gone(struct shuntd *d, struct session *s)
 
 	(void)d;
 	while ((l = shunt_map_next(&s->links, &it, &key))) {
-		unsigned side = l->side[0] == s ? 0 : 1;
+		unsigned side = side_of(l, s);
 		struct session *other = l->side[side ^ 1];
 
 		if (other != s) {

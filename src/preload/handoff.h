@@ -14,6 +14,8 @@
 #include <spawn.h>
 #include <sys/socket.h>
 
+struct shunt_inherited;
+
 /*
  * Every connection whose descriptor survives an exec (no FD_CLOEXEC): before
  * system and popen, and an exec in a child sharing our memory (exec.c).
@@ -38,8 +40,6 @@ void shunt_handoff_scm(const struct msghdr *msg);
  * socket among them is registered with shuntd — as one more holder of the
  * registration it may already have — so its shunt clients keep coming.
  */
-struct shunt_inherited;
-
 void shunt_handoff_received(const struct msghdr *msg);
 void shunt_handoff_inherited(const struct shunt_inherited *socks, size_t nsocks);
 
