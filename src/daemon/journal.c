@@ -2,10 +2,16 @@
 /*
  * Sessions' journals (include/shunt/journal.h): what a process did without
  * asking shuntd, read in batches. A process kicks shuntd only when shuntd
- * said it sleeps; once kicked, shuntd reads the journal on every tick
- * (TICK_MS) for as long as entries keep coming, and goes back to sleep
- * after a tick that found none. Entries are also read before any request
- * of the session and when its process is gone.
+ * said it sleeps; once kicked, shuntd reads the journal on every tick for
+ * as long as entries keep coming, and goes back to sleep after QUIET_MS
+ * without any. Entries are also read before any request of the session
+ * and when its process is gone.
+ *
+ * A tick comes TICK_MS after the last, or FAST_TICK_MS while entries come
+ * quickly: a channel's slot (chan.c) is given back only when its CLOSED
+ * entries are read, so a process making a connection per request uses a
+ * new slot, whose pages each of its peers faults in, for every connection
+ * made within one tick (docs/connect.md, "A slot's pages").
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -22,6 +28,10 @@
 
 enum {
 	TICK_MS = 10,
+	FAST_TICK_MS = 2,
+	/* Entries read in one tick, all journals together, that make the next one come fast. */
+	FAST_ENTRIES = 16,
+	QUIET_MS = 10,
 };
 
 static int64_t tick_at = -1;	/* when awake journals are read next (ms), -1: none awake */
@@ -178,6 +188,7 @@ static void wake_up(struct journal *j, struct shuntd *d)
 	if (j->awake)
 		return;
 	j->awake = true;
+	j->busy_ms = shunt_sys_now_ms();
 	j->read_at_tick = atomic_load(&j->hdr->head);
 	shunt_list_add_tail(&d->journals_awake, &j->awake_node);
 	if (tick_at < 0)
@@ -217,23 +228,28 @@ int shuntd_journal_next_tick(struct shuntd *d)
 void shuntd_journal_tick(struct shuntd *d)
 {
 	struct shunt_list *pos, *tmp;
+	int64_t now = shunt_sys_now_ms();
+	uint64_t read = 0;
 
-	if (shunt_list_empty(&d->journals_awake) || shunt_sys_now_ms() < tick_at)
+	if (shunt_list_empty(&d->journals_awake) || now < tick_at)
 		return;
 	shunt_list_for_each_safe(pos, tmp, &d->journals_awake) {
 		struct journal *j = shunt_container_of(pos, struct journal, awake_node);
 		struct session *s = j->session;
-		bool quiet;
+		uint64_t head;
 
 		shuntd_journal_read(d, s);
 		if (s->journal != j)
 			continue;	/* freed meanwhile (its session closed) */
-		quiet = atomic_load(&j->hdr->head) == j->read_at_tick;
-		j->read_at_tick = atomic_load(&j->hdr->head);
-		if (!quiet)
+		head = atomic_load(&j->hdr->head);
+		read += head - j->read_at_tick;
+		if (head != j->read_at_tick)
+			j->busy_ms = now;
+		j->read_at_tick = head;
+		if (now - j->busy_ms < QUIET_MS)
 			continue;
 		/*
-		 * Nothing came in a whole tick: sleep, and be kicked for the
+		 * Nothing came for QUIET_MS: sleep, and be kicked for the
 		 * next entry. K1: the seq_cst store pairs with the library's
 		 * seq_cst load of kick after it publishes an entry; either it
 		 * sees ASLEEP and kicks, or we see its entry here.
@@ -242,11 +258,15 @@ void shuntd_journal_tick(struct shuntd *d)
 		if (atomic_load_explicit(&j->hdr->tail, memory_order_seq_cst) !=
 		    atomic_load(&j->hdr->head)) {
 			atomic_store(&j->hdr->kick, SHUNT_JOURNAL_AWAKE);
+			j->busy_ms = now;
 			shuntd_journal_read(d, s);
 			continue;
 		}
 		j->awake = false;
 		shunt_list_del(&j->awake_node);
 	}
-	tick_at = shunt_list_empty(&d->journals_awake) ? -1 : shunt_sys_now_ms() + TICK_MS;
+	if (shunt_list_empty(&d->journals_awake))
+		tick_at = -1;
+	else
+		tick_at = now + (read >= FAST_ENTRIES ? FAST_TICK_MS : TICK_MS);
 }
