@@ -22,10 +22,17 @@
 #include "shunt/proto.h"
 
 #define SHUNT_JOURNAL_MAGIC 0x6c6e726au /* "jrnl" little-endian */
-#define SHUNT_JOURNAL_VERSION 2u
+#define SHUNT_JOURNAL_VERSION 3u
 
 enum shunt_journal_geometry {
-	SHUNT_JOURNAL_ENTRIES = 4096,	/* a power of two */
+	/*
+	 * A power of two. Each page of the ring is faulted in by its process
+	 * and by shuntd the first time round, and stays: 1,024 entries are
+	 * 104 KiB per process. At a tick of 2 ms (daemon/journal.c) a full
+	 * ring means over 500,000 entries a second, or shuntd starved; the
+	 * library then asks shuntd to read it (one round trip per 1,024).
+	 */
+	SHUNT_JOURNAL_ENTRIES = 1024,
 };
 
 enum shunt_journal_type {
