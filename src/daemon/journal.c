@@ -127,37 +127,45 @@ static void apply(struct shuntd *d, struct session *s, const struct shunt_journa
 void shuntd_journal_read(struct shuntd *d, struct session *s)
 {
 	struct journal *j = s->journal;
-	uint64_t head, tail;
+	uint64_t stop;
 
 	if (!j)
 		return;
-	head = atomic_load_explicit(&j->hdr->head, memory_order_relaxed);
 	/* J1: pairs with the library's release of tail: entries before it are written. */
-	tail = atomic_load_explicit(&j->hdr->tail, memory_order_acquire);
+	stop = atomic_load_explicit(&j->hdr->tail, memory_order_acquire);
 	/*
 	 * A tail the process moved backwards or too far: what lies between is
 	 * garbage. Said the 1st, 2nd, 4th, 8th... time: a process that does it
 	 * on purpose, as fast as it can, must not fill the disk with our log.
 	 */
-	if (tail - head > SHUNT_JOURNAL_ENTRIES) {
+	if (stop - j->head > SHUNT_JOURNAL_ENTRIES) {
 		j->nonsense++;
 		if (!(j->nonsense & (j->nonsense - 1)))
 			shunt_warn("session %llu (pid %d): journal indices make no sense (%llu, %llu); "
 				   "skipped (%llu times so far)", (unsigned long long)s->id, (int)s->pid,
-				   (unsigned long long)head, (unsigned long long)tail,
+				   (unsigned long long)j->head, (unsigned long long)stop,
 				   (unsigned long long)j->nonsense);
-		atomic_store_explicit(&j->hdr->head, tail, memory_order_release);
+		j->head = stop;
+		atomic_store_explicit(&j->hdr->head, stop, memory_order_release);
 		return;
 	}
-	/* Entries may make requests of their own (a close wakes peers): the journal is ours meanwhile. */
-	while (head != tail && s->journal == j) {
+	/*
+	 * Entries may make requests of their own (a close wakes peers), and
+	 * may read this very journal again: an acceptor's entry read before
+	 * its client's reads the client's journal, which is this one when
+	 * both are threads of one process. So the position is j->head, which
+	 * such a nested read moves on, never a copy of it: read twice, a
+	 * CLOSED entry (slot ids carry no generation) closed the next
+	 * connection in the same slot.
+	 */
+	while (s->journal == j && (int64_t)(stop - j->head) > 0) {
 		struct shunt_journal_entry e;
 
 		/* A copy: the process may write the slot again as soon as head moves. */
-		memcpy(&e, &j->hdr->entry[head % SHUNT_JOURNAL_ENTRIES], sizeof(e));
-		head++;
+		memcpy(&e, &j->hdr->entry[j->head % SHUNT_JOURNAL_ENTRIES], sizeof(e));
+		j->head++;
 		/* J2: pairs with the library's acquire of head before it reuses a slot. */
-		atomic_store_explicit(&j->hdr->head, head, memory_order_release);
+		atomic_store_explicit(&j->hdr->head, j->head, memory_order_release);
 		apply(d, s, &e);
 	}
 }
@@ -189,7 +197,7 @@ static void wake_up(struct journal *j, struct shuntd *d)
 		return;
 	j->awake = true;
 	j->busy_ms = shunt_sys_now_ms();
-	j->read_at_tick = atomic_load(&j->hdr->head);
+	j->read_at_tick = j->head;
 	shunt_list_add_tail(&d->journals_awake, &j->awake_node);
 	if (tick_at < 0)
 		tick_at = shunt_sys_now_ms() + TICK_MS;
@@ -241,7 +249,7 @@ void shuntd_journal_tick(struct shuntd *d)
 		shuntd_journal_read(d, s);
 		if (s->journal != j)
 			continue;	/* freed meanwhile (its session closed) */
-		head = atomic_load(&j->hdr->head);
+		head = j->head;
 		read += head - j->read_at_tick;
 		if (head != j->read_at_tick)
 			j->busy_ms = now;
@@ -255,8 +263,7 @@ void shuntd_journal_tick(struct shuntd *d)
 		 * sees ASLEEP and kicks, or we see its entry here.
 		 */
 		atomic_store_explicit(&j->hdr->kick, SHUNT_JOURNAL_ASLEEP, memory_order_seq_cst);
-		if (atomic_load_explicit(&j->hdr->tail, memory_order_seq_cst) !=
-		    atomic_load(&j->hdr->head)) {
+		if (atomic_load_explicit(&j->hdr->tail, memory_order_seq_cst) != j->head) {
 			atomic_store(&j->hdr->kick, SHUNT_JOURNAL_AWAKE);
 			j->busy_ms = now;
 			shuntd_journal_read(d, s);
