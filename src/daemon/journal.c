@@ -193,14 +193,17 @@ void shuntd_journal_read_all(struct shuntd *d)
 
 static void wake_up(struct journal *j, struct shuntd *d)
 {
+	int64_t now;
+
 	if (j->awake)
 		return;
+	now = shunt_sys_now_ms();
 	j->awake = true;
-	j->busy_ms = shunt_sys_now_ms();
+	j->busy_ms = now;
 	j->read_at_tick = j->head;
 	shunt_list_add_tail(&d->journals_awake, &j->awake_node);
 	if (tick_at < 0)
-		tick_at = shunt_sys_now_ms() + TICK_MS;
+		tick_at = now + TICK_MS;
 }
 
 void shuntd_journal_kicked(struct shuntd *d, struct journal *j)
