@@ -386,7 +386,11 @@ void shuntd_chan_accepted(struct shuntd *d, struct session *s,
 			   (unsigned long long)e->channel, e->slot);
 		return;
 	}
-	/* Its client's journal may not have been read yet: read it first. */
+	/*
+	 * Its client's journal may not have been read yet: read it first.
+	 * Unless it is being read (journal.c): then the client's entry comes
+	 * later in it and takes the connector's end, as below.
+	 */
 	if (!ch->circ[e->slot] && ch->client)
 		shuntd_journal_read(d, ch->client);
 	c = ch->circ[e->slot];

@@ -129,7 +129,8 @@ void shuntd_journal_read(struct shuntd *d, struct session *s)
 	struct journal *j = s->journal;
 	uint64_t stop;
 
-	if (!j)
+	/* Never again while it is being read, further up the stack: see below. */
+	if (!j || j->reading)
 		return;
 	/* J1: pairs with the library's release of tail: entries before it are written. */
 	stop = atomic_load_explicit(&j->hdr->tail, memory_order_acquire);
@@ -150,14 +151,16 @@ void shuntd_journal_read(struct shuntd *d, struct session *s)
 		return;
 	}
 	/*
-	 * Entries may make requests of their own (a close wakes peers), and
-	 * may read this very journal again: an acceptor's entry read before
-	 * its client's reads the client's journal, which is this one when
-	 * both are threads of one process. So the position is j->head, which
-	 * such a nested read moves on, never a copy of it: read twice, a
-	 * CLOSED entry (slot ids carry no generation) closed the next
-	 * connection in the same slot.
+	 * Entries may read other journals: an acceptor's entry read before
+	 * its client's reads the client's journal first. Never this one again
+	 * while it is being read, further up the stack (its client is a
+	 * thread of the same process, or its client's journal led back here):
+	 * a nested read would apply the entries after the one being applied
+	 * before it is done, and a CLOSED entry for the end that entry is
+	 * about to take found nothing to close, leaving the connection held
+	 * for ever. The caller copes with the entries not read yet.
 	 */
+	j->reading = true;
 	while (s->journal == j && (int64_t)(stop - j->head) > 0) {
 		struct shunt_journal_entry e;
 
@@ -168,6 +171,8 @@ void shuntd_journal_read(struct shuntd *d, struct session *s)
 		atomic_store_explicit(&j->hdr->head, j->head, memory_order_release);
 		apply(d, s, &e);
 	}
+	/* Freed meanwhile (its session closed), it is buried: still ours to write. */
+	j->reading = false;
 }
 
 bool shuntd_journal_claim(struct session *s, uint32_t seq)

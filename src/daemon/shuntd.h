@@ -125,6 +125,7 @@ struct journal {
 	int memfd;
 	int kick;			/* eventfd the process writes when shuntd sleeps */
 	uint64_t head;			/* the next entry to read: ours, hdr->head only says it */
+	bool reading;			/* shuntd_journal_read is applying its entries */
 	uint64_t read_at_tick;		/* head when the last tick began */
 	int64_t busy_ms;		/* when a tick last found entries (or it woke) */
 	uint64_t nonsense;		/* times its indices made no sense: logged at powers of two */
