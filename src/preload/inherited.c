@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: MIT
-/* The sockets among the descriptors a process starts with (inherited.h). */
+/*
+ * The sockets among the descriptors a process starts with (inherited.h).
+ * Raw system calls throughout: this runs while the library starts, before
+ * its own wrappers may be asked anything.
+ */
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -41,7 +45,7 @@ static bool add_if_socket(int fd, struct shunt_inherited **v, size_t *n, size_t 
  * one call finds the open ones (a listing of /proc/self/fd costs 20 µs and
  * more). -1 when ppoll refuses (more descriptors than RLIMIT_NOFILE).
  */
-static long by_poll(unsigned fdsize, struct shunt_inherited **v, size_t *n, size_t *cap)
+static int by_poll(unsigned fdsize, struct shunt_inherited **v, size_t *n, size_t *cap)
 {
 	static const struct timespec zero = { 0, 0 };
 	struct pollfd p[CHUNK];
