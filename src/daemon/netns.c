@@ -504,6 +504,17 @@ void shuntd_netns_put(struct shuntd *d, struct netns *ns)
 
 	if (!ns || --ns->refs)
 		return;
+	/*
+	 * shuntd's own namespace stays watched with no session in it: a
+	 * process that connects once and exits (a health check, each command
+	 * of a shell script) made shuntd dump that namespace's links and
+	 * addresses and make its directory again, about a fifth of shuntd's
+	 * time per such process. Any other is let go at once: the descriptor
+	 * held for it would keep a namespace that `ip netns del` should end
+	 * alive, and its devices with it (a veth pair's name stays taken).
+	 */
+	if (ns->inode == d->netns_self)
+		return;
 	v = ns->view;
 	shunt_debug("network namespace %llu: let go", (unsigned long long)ns->inode);
 	shuntd_directory_ns_gone(ns);

@@ -548,3 +548,22 @@ def test_connects_through_an_address_storm(daemons, net):
     until_shm("10.99.28.3", "C")
     until_shm("10.99.28.2", "B")
     step(d, shunted, plain, "10.99.28.2", shm=None)
+
+
+def test_own_namespace_stays_watched(daemons, build_dir):
+    """shuntd's own namespace is dumped once, not once per process: three
+    processes one after another, each connecting to itself and exiting
+    (a session each, the namespace without one in between), cost no dump
+    after the first's (src/daemon/netns.c, shuntd_netns_put)."""
+    d = daemons()
+    selfconn = build_dir / "tests" / "control" / "selfconn"
+    dumps = []
+    for _ in range(3):
+        r = subprocess.run([str(d.shunt), "run", "--no-daemon", "--", str(selfconn), "1"],
+                           input="\n", capture_output=True, text=True, env=d._env(True),
+                           timeout=30)
+        assert r.returncode == 0 and r.stdout == "done 1\n", (r.stdout, r.stderr)
+        m = d.scrape()
+        dumps.append(m['shunt_netlink_requests_total{kind="dump"}'])
+    assert d.shm(m) == 3, m
+    assert dumps[0] > 0 and dumps[1] == dumps[0] and dumps[2] == dumps[0], dumps
