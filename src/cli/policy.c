@@ -74,7 +74,7 @@ static int who(const struct shunt_policy *p, const char *spec, char *name, char 
 				if (sscanf(line, "Uid:\t%*d\t%ld", &uid) == 1)	/* effective, as SO_PEERCRED */
 					break;
 			fclose(st);
-			shunt_facts_of((pid_t)v, (uid_t)uid, &f);
+			shunt_facts_of((pid_t)v, (uid_t)uid, true, &f);
 			snprintf(why, whylen, "pid %lu: uid %ld, cgroup %s, netns %" PRIu64, v, uid,
 				 f.cgroup[0] ? f.cgroup : "?", f.netns);
 		}

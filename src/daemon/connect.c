@@ -86,7 +86,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 
 	if (r < 0) {
 		shunt_warn("session %llu (pid %d, %s): connecting socket refused: %s",
-			   (unsigned long long)s->id, (int)s->pid, s->comm, shuntd_socket_refusal(r));
+			   (unsigned long long)s->id, (int)s->pid, shuntd_session_comm(s), shuntd_socket_refusal(r));
 		shuntd_tenant_fallback(d, s, SHUNT_FALLBACK_SOCKET);
 	}
 	if (r == 0 && f.listening)

@@ -42,7 +42,9 @@ struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent)
 	t->parent_pid = parent->pid;
 	t->facts = parent->facts;
 	t->tenant = parent->tenant;
+	/* The child has its parent's name until it execs, and its pid once it claims this. */
 	memcpy(t->comm, parent->comm, sizeof(t->comm));
+	t->comm_known = parent->comm_known;
 	shunt_list_init(&t->holds);
 	shunt_map_init(&t->links);
 	shunt_list_init(&t->channels);

@@ -112,7 +112,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	close(fd);
 	if (r < 0) {
 		shunt_warn("session %llu (pid %d, %s): listening socket refused: %s",
-			   (unsigned long long)s->id, (int)s->pid, s->comm, shuntd_socket_refusal(r));
+			   (unsigned long long)s->id, (int)s->pid, shuntd_session_comm(s), shuntd_socket_refusal(r));
 		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, r);
 		return;
 	}

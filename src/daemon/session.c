@@ -16,22 +16,31 @@
 #include "common/proto.h"
 #include "daemon/shuntd.h"
 
-static void read_comm(pid_t pid, char comm[SHUNT_COMM_LEN])
+/*
+ * What /proc/PID/comm says of the session's process, read the first time a
+ * log line or `shunt status` needs it: a process that connects once and
+ * exits never costs shuntd the read. Only ever shown, never decided on.
+ */
+const char *shuntd_session_comm(struct session *s)
 {
 	char path[64];
 	ssize_t n = -1;
 	int fd;
 
-	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	if (s->comm_known || s->pid <= 0)
+		return s->comm;
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)s->pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
-		n = read(fd, comm, SHUNT_COMM_LEN - 1);
+		n = read(fd, s->comm, SHUNT_COMM_LEN - 1);
 		close(fd);
 	}
 	if (n <= 0)
-		n = 0;
-	comm[n] = 0;
-	comm[strcspn(comm, "\n")] = 0;
+		return "";
+	s->comm[n] = 0;
+	s->comm[strcspn(s->comm, "\n")] = 0;
+	s->comm_known = true;
+	return s->comm;
 }
 
 void shuntd_session_accept(struct shuntd *d)
@@ -65,7 +74,6 @@ void shuntd_session_accept(struct shuntd *d)
 		s->pid = cred.pid;
 		s->uid = cred.uid;
 		s->gid = cred.gid;
-		read_comm(cred.pid, s->comm);
 		shuntd_tenant_identify(d, s);
 		/* Its namespace's view lives while it does: connects from there reuse it. */
 		s->ns = shuntd_netns_of_pid(d, cred.pid, s->facts.netns);
@@ -83,7 +91,8 @@ void shuntd_session_accept(struct shuntd *d)
 		d->sessions_total++;
 		d->live_sessions++;
 		shunt_debug("session %llu: pid %d uid %u (%s), tenant %s", (unsigned long long)s->id,
-			    (int)s->pid, (unsigned)s->uid, s->comm,
+			    (int)s->pid, (unsigned)s->uid,
+			    shunt_log_enabled(SHUNT_LOG_DEBUG) ? shuntd_session_comm(s) : "",
 			    s->tenant ? s->tenant->name : "?");
 	}
 }

@@ -146,7 +146,8 @@ struct session {
 	pid_t pid;
 	uid_t uid;
 	gid_t gid;
-	char comm[SHUNT_COMM_LEN];
+	char comm[SHUNT_COMM_LEN];	/* shuntd_session_comm(): read when first needed */
+	bool comm_known;
 	struct shunt_facts facts;	/* checked by shuntd: uid, cgroup, network namespace */
 	struct tenant *tenant;		/* derived from the facts by the policy */
 	struct netns *ns;		/* a reference to its network namespace's view, or NULL */
@@ -385,6 +386,8 @@ void shuntd_session_input(struct shuntd *d, struct session *s);
 void shuntd_session_close(struct shuntd *d, struct session *s);
 int shuntd_session_reply(struct session *s, void *msg, const int *fds, unsigned nfds);
 int shuntd_session_reply_status(struct session *s, uint16_t type, uint32_t seq, int status);
+/* The process's name (/proc/PID/comm), read once, when first shown. */
+const char *shuntd_session_comm(struct session *s);
 
 /* hold.c: who holds what */
 struct hold *shuntd_hold_end(struct circuit *c, unsigned end, struct session *s);

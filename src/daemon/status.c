@@ -40,7 +40,7 @@ static void session_record(struct session *s, uint32_t seq, struct shunt_msg_sta
 	r->session = s->id;
 	r->pid = s->pid;
 	r->uid = s->uid;
-	memcpy(r->comm, s->comm, sizeof(r->comm));
+	snprintf(r->comm, sizeof(r->comm), "%s", shuntd_session_comm(s));
 	if (s->tenant)
 		memcpy(r->tenant, s->tenant->name, sizeof(r->tenant));
 }

@@ -37,7 +37,8 @@ void shuntd_tenant_identify(struct shuntd *d, struct session *s)
 {
 	char buf[SHUNT_NAME_MAX];
 
-	shunt_facts_of(s->pid, s->uid, &s->facts);
+	/* A policy reload identifies every session again, with what it needs read. */
+	shunt_facts_of(s->pid, s->uid, shunt_policy_uses_cgroups(d->policy), &s->facts);
 	s->tenant = shuntd_tenant_get(d, shunt_policy_tenant(d->policy, &s->facts, buf));
 }
 

@@ -42,7 +42,15 @@ uint64_t shunt_netns_inode(const char *spec)
 	return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-void shunt_facts_of(pid_t pid, uid_t uid, struct shunt_facts *f)
+bool shunt_policy_uses_cgroups(const struct shunt_policy *p)
+{
+	for (unsigned i = 0; i < p->ntenants; i++)
+		if (p->tenants[i].ncgroups)
+			return true;
+	return false;
+}
+
+void shunt_facts_of(pid_t pid, uid_t uid, bool cgroup, struct shunt_facts *f)
 {
 	char path[64], line[sizeof(f->cgroup) + 3];
 	FILE *fp;
@@ -51,6 +59,8 @@ void shunt_facts_of(pid_t pid, uid_t uid, struct shunt_facts *f)
 	f->uid = uid;
 	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
 	f->netns = shunt_netns_inode(path);
+	if (!cgroup)
+		return;
 	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
 	fp = fopen(path, "re");
 	if (!fp)

@@ -108,7 +108,13 @@ const char *shunt_action_name(enum shunt_action a);
 /* The inode of network namespace @spec: a name under /run/netns, or a path. 0 if none. */
 uint64_t shunt_netns_inode(const char *spec);
 
-/* Read the facts of process @pid (uid given by the caller, from SO_PEERCRED). */
-void shunt_facts_of(pid_t pid, uid_t uid, struct shunt_facts *f);
+/*
+ * Read the facts of process @pid (uid given by the caller, from SO_PEERCRED);
+ * its cgroup only if @cgroup (an empty path otherwise).
+ */
+void shunt_facts_of(pid_t pid, uid_t uid, bool cgroup, struct shunt_facts *f);
+
+/* Whether any tenant of @p is defined by cgroups: otherwise no cgroup need be read. */
+bool shunt_policy_uses_cgroups(const struct shunt_policy *p);
 
 #endif
