@@ -110,16 +110,21 @@ static bool dynamic_has_soname(const unsigned char *p, size_t len)
 	return false;
 }
 
+/* Every program header (all read at once: one system call, not one each). */
 static void scan_segments(int fd, const ElfW(Ehdr) *eh, struct elf_facts *f)
 {
+	ElfW(Phdr) *phs;
+
 	if (eh->e_phentsize != sizeof(ElfW(Phdr)) || eh->e_phnum > MAX_PHDRS)
 		return;
+	phs = read_block(fd, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(*phs),
+			 MAX_PHDRS * sizeof(*phs));
+	if (!phs)
+		return;
 	for (unsigned i = 0; i < eh->e_phnum; i++) {
-		ElfW(Phdr) ph;
+		ElfW(Phdr) ph = phs[i];
 		unsigned char *p;
 
-		if (!read_at(fd, &ph, sizeof(ph), eh->e_phoff + (uint64_t)i * sizeof(ph)))
-			return;
 		if (ph.p_type == PT_INTERP) {
 			f->interp = true;
 		} else if (ph.p_type == PT_NOTE || ph.p_type == PT_DYNAMIC) {
@@ -134,13 +139,14 @@ static void scan_segments(int fd, const ElfW(Ehdr) *eh, struct elf_facts *f)
 			free(p);
 		}
 	}
+	free(phs);
 }
 
 /* Go's sections, for a binary whose notes were not loadable segments. */
 static void scan_sections(int fd, const ElfW(Ehdr) *eh, struct elf_facts *f)
 {
 	static const char *const go_sections[] = { ".note.go.buildid", ".go.buildinfo" };
-	ElfW(Shdr) strtab;
+	ElfW(Shdr) strtab, *shs;
 	char *names;
 
 	/* Extended numbering (SHN_XINDEX, 0 with the count elsewhere) is for
@@ -148,18 +154,21 @@ static void scan_sections(int fd, const ElfW(Ehdr) *eh, struct elf_facts *f)
 	if (eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_shnum > MAX_SHDRS ||
 	    eh->e_shstrndx == SHN_UNDEF || eh->e_shstrndx >= eh->e_shnum)
 		return;
-	if (!read_at(fd, &strtab, sizeof(strtab),
-		     eh->e_shoff + (uint64_t)eh->e_shstrndx * sizeof(strtab)))
+	/* Every section header at once, as the program headers. */
+	shs = read_block(fd, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(*shs),
+			 MAX_SHDRS * sizeof(*shs));
+	if (!shs)
 		return;
+	strtab = shs[eh->e_shstrndx];
 	names = read_block(fd, strtab.sh_offset, strtab.sh_size, MAX_SHSTRTAB);
-	if (!names)
+	if (!names) {
+		free(shs);
 		return;
+	}
 	names[strtab.sh_size - 1] = 0;	/* every name below now ends inside the block */
 	for (unsigned i = 0; i < eh->e_shnum && !f->go; i++) {
-		ElfW(Shdr) sh;
+		ElfW(Shdr) sh = shs[i];
 
-		if (!read_at(fd, &sh, sizeof(sh), eh->e_shoff + (uint64_t)i * sizeof(sh)))
-			break;
 		if (sh.sh_name >= strtab.sh_size)
 			continue;
 		for (size_t k = 0; k < sizeof(go_sections) / sizeof(go_sections[0]); k++)
@@ -167,6 +176,7 @@ static void scan_sections(int fd, const ElfW(Ehdr) *eh, struct elf_facts *f)
 				f->go = true;
 	}
 	free(names);
+	free(shs);
 }
 
 /*
