@@ -75,15 +75,12 @@ void shuntd_session_accept(struct shuntd *d)
 		s->uid = cred.uid;
 		s->gid = cred.gid;
 		shuntd_tenant_identify(d, s);
-		/* Its namespace's view lives while it does: connects from there reuse it. */
-		s->ns = shuntd_netns_of_pid(d, cred.pid, s->facts.netns);
 		shunt_list_init(&s->holds);
 		shunt_map_init(&s->links);
 		shunt_list_init(&s->channels);
 		shunt_map_init(&s->chans_given);
 		if (shunt_map_put(&d->sessions, s->id, s) < 0 || shuntd_loop_watch(d, fd, s) < 0) {
 			shunt_map_del(&d->sessions, s->id);
-			shuntd_netns_put(d, s->ns);
 			close(fd);
 			free(s);
 			continue;
@@ -124,6 +121,13 @@ static void shuntd_session_hello(struct shuntd *d, struct session *s,
 	unsigned nfds = 2;
 
 	shunt_proto_init(&r, SHUNT_MSG_HELLO | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
+	/*
+	 * Its namespace's view lives while it does: connects from there reuse
+	 * it. Made at HELLO, not when the session is accepted: a probe (shunt
+	 * run's look at whether shuntd answers, `shunt status`) never needs it.
+	 */
+	if (!s->ns)
+		s->ns = shuntd_netns_of_pid(d, s->pid, s->facts.netns);
 	if (m->flags & SHUNT_HELLO_CLAIM)
 		r.claim = shuntd_fork_claim(d, s, m->ticket, m->secret);
 	else if (m->flags & SHUNT_HELLO_EXEC)
