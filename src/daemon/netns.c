@@ -495,27 +495,14 @@ struct netns *shuntd_netns_of_socket(struct shuntd *d, int fd, uint64_t inode)
 	return ns;
 }
 
-void shuntd_netns_put(struct shuntd *d, struct netns *ns)
+/* @ns, which nobody holds any more: its view, descriptors and directory go. */
+static void drop(struct shuntd *d, struct netns *ns)
 {
-	struct netns_view *v;
+	struct netns_view *v = ns->view;
 	struct netns *x;
 	uint64_t key;
 	size_t it = 0;
 
-	if (!ns || --ns->refs)
-		return;
-	/*
-	 * shuntd's own namespace stays watched with no session in it: a
-	 * process that connects once and exits (a health check, each command
-	 * of a shell script) made shuntd dump that namespace's links and
-	 * addresses and make its directory again, about a fifth of shuntd's
-	 * time per such process. Any other is let go at once: the descriptor
-	 * held for it would keep a namespace that `ip netns del` should end
-	 * alive, and its devices with it (a veth pair's name stays taken).
-	 */
-	if (ns->inode == d->netns_self)
-		return;
-	v = ns->view;
 	shunt_debug("network namespace %llu: let go", (unsigned long long)ns->inode);
 	shuntd_directory_ns_gone(ns);
 	shunt_map_del(&d->netns, ns->inode);
@@ -539,6 +526,31 @@ void shuntd_netns_put(struct shuntd *d, struct netns *ns)
 	free(v);
 	close(ns->fd);
 	free(ns);
+}
+
+void shuntd_netns_put(struct shuntd *d, struct netns *ns)
+{
+	if (!ns || --ns->refs)
+		return;
+	/*
+	 * shuntd's own namespace stays watched with no session in it: a
+	 * process that connects once and exits (a health check, each command
+	 * of a shell script) made shuntd dump that namespace's links and
+	 * addresses and make its directory again, about a fifth of shuntd's
+	 * time per such process. Any other is let go at once: the descriptor
+	 * held for it would keep a namespace that `ip netns del` should end
+	 * alive, and its devices with it (a veth pair's name stays taken).
+	 */
+	if (ns->inode != d->netns_self)
+		drop(d, ns);
+}
+
+void shuntd_netns_drop_own(struct shuntd *d)
+{
+	struct netns *ns = shunt_map_get(&d->netns, d->netns_self);
+
+	if (ns && !ns->refs)
+		drop(d, ns);
 }
 
 bool shuntd_netns_is_local(struct shuntd *d, struct netns *ns, const struct shunt_wire_addr *ip)

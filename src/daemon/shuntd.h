@@ -513,6 +513,8 @@ struct netns *shuntd_netns_of_pid(struct shuntd *d, pid_t pid, uint64_t inode);
 struct netns *shuntd_netns_of_socket(struct shuntd *d, int fd, uint64_t inode);
 /* Drop a reference (NULL is fine). */
 void shuntd_netns_put(struct shuntd *d, struct netns *ns);
+/* Let go of shuntd's own namespace's view if no one holds it (it is kept otherwise). */
+void shuntd_netns_drop_own(struct shuntd *d);
 /*
  * Whether @ip (unmapped) is an address of @ns, as its notifications have
  * told so far (none: not local, and connects there go to the kernel).

@@ -671,6 +671,8 @@ static void run_end(void)
 	}
 	CHECK(d->listeners.len == 0, "a listener outlives its holders");
 	CHECK(d->circuits.len == 0, "a circuit outlives its ends");
+	/* But shuntd's own, which stays once made (netns.c, shuntd_netns_put), unheld. */
+	shuntd_netns_drop_own(d);
 	CHECK(d->netns.len == 0, "a network namespace's view outlives its users");
 	CHECK(d->live_sessions == 0, "live_sessions miscounted");
 	for (struct tenant *t = d->tenants; t; t = t->next)
