@@ -19,9 +19,8 @@
  *
  * It also holds, per listener, how many channels shuntd has made to it
  * (include/shunt/chan.h), so that an acceptor learns of a new client's
- * channel from memory no client can write: a count on the listener's
- * doorbell, which a client rings and an acceptor takes, can be used up by
- * a client's entry that never rang it (docs/connect.md, "The doorbell").
+ * channel from memory no client can write, without waiting for a count on
+ * its bell, which its client may never ring (docs/connect.md, "The doorbell").
  */
 #ifndef SHUNT_DIRECTORY_H
 #define SHUNT_DIRECTORY_H

@@ -15,7 +15,7 @@
 
 enum shunt_msg_type {
 	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied + daemon link */
-	SHUNT_MSG_LISTEN = 2,		/* lib -> d + listening socket, replied + doorbell */
+	SHUNT_MSG_LISTEN = 2,		/* lib -> d + listening socket, replied + bells, doorbell, announce */
 	SHUNT_MSG_UNLISTEN = 3,		/* lib -> d, replied once done */
 	SHUNT_MSG_CONNECT = 4,		/* lib -> d + bound socket, replied (+ circuit) */
 	SHUNT_MSG_ACCEPT = 5,		/* lib -> d + listening socket, replied (+ circuit) */
@@ -61,8 +61,8 @@ enum shunt_reply_status {
 	SHUNT_KERNEL_LIMIT = 5,		/* connect: a tenant's limit is reached */
 	SHUNT_KERNEL_RESOURCES = 6,	/* connect: shuntd is out of memory or descriptors */
 	/*
-	 * connect, accept: use this channel (struct shunt_msg_chan and its
-	 * memfd; for a connect also the listener's doorbell) and try again.
+	 * connect, accept: use this channel (struct shunt_msg_chan, its
+	 * memfd and its bell) and try again.
 	 */
 	SHUNT_USE_CHANNEL = 7,
 	/*
@@ -146,7 +146,14 @@ struct shunt_msg_hello_reply {
 	uint64_t link;			/* the daemon link's id */
 };
 
-/* LISTEN carries the listening socket; the reply carries the backlog doorbell. */
+/*
+ * LISTEN carries the listening socket. The reply carries the session's
+ * announce for the listener, an eventfd counting channels made and not yet
+ * handed to it; the reply to a new registration carries before it the
+ * listener's bells, an epoll instance readable while shuntd's doorbell or
+ * one of its channels' bells counts a queued connection, and that doorbell
+ * (docs/connect.md, "The doorbell").
+ */
 struct shunt_msg_listen {
 	struct shunt_msg_hdr h;
 	uint64_t listener;		/* 0 to register, else the id to refresh */
@@ -245,8 +252,8 @@ struct shunt_msg_circuit {
 
 /*
  * A channel to use (status SHUNT_USE_CHANNEL of a CONNECT or ACCEPT reply),
- * with its memfd; a CONNECT's also with a descriptor of the listener's
- * doorbell, which the client counts its queued connections on. With
+ * with its memfd and its bell (an EFD_SEMAPHORE eventfd), which the client
+ * counts its queued connections on and an acceptor counts them off. With
  * SHUNT_CHAN_LINK, a link comes with it, as a LINK_NEXT reply would hand
  * it over (its three descriptors after the channel's): for a CONNECT the
  * link with a process that may accept, for an ACCEPT the link with the

@@ -2,8 +2,8 @@
 /*
  * Channels (include/shunt/chan.h, docs/connect.md): made the first time a
  * client may reach a listener over shared memory, handed to the client
- * (with the listener's doorbell) and, on demand, to each process holding
- * the listener; the circuits in their slots become shuntd's own circuits
+ * and, on demand, to each process holding the listener, each time with the
+ * channel's bell; the circuits in their slots become shuntd's own circuits
  * when the journals say so, and their slots are given back, emptied, when
  * both ends are done.
  */
@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -50,6 +51,36 @@ uint32_t shuntd_chan_queued(struct listener *l)
 	return n;
 }
 
+void shuntd_chan_settle(struct listener *l, uint32_t max)
+{
+	struct shunt_list *pos;
+
+	shunt_list_for_each(pos, &l->channels) {
+		struct channel *ch = shunt_container_of(pos, struct channel, listener_node);
+		uint32_t taken = shuntd_efd_take_some(ch->bell, max);
+		/*
+		 * Its client counts an entry after queueing it: the count of
+		 * one still queued was there before the entry was, so the
+		 * queue, read after the counts, shows it.
+		 */
+		uint32_t owed = occupancy(ch);
+
+		for (uint32_t i = 0; i < taken && i < owed; i++)
+			shuntd_efd_ring(ch->bell);
+	}
+}
+
+/*
+ * @ch's bell leaves its listener's bells: what its client rings from now on
+ * wakes nobody (an acceptor still takes what is queued when it looks).
+ */
+static void unring(struct channel *ch)
+{
+	if (!ch->listener)
+		return;
+	epoll_ctl(ch->listener->bells, EPOLL_CTL_DEL, ch->bell, NULL);
+}
+
 /* Whether tenant @t has limits, which only shuntd can count, as connections are made. */
 static bool limited(struct shuntd *d, const struct tenant *t)
 {
@@ -73,6 +104,7 @@ static void chan_free(struct shuntd *d, struct channel *ch)
 	shuntd_chan_pages_forget(ch);
 	munmap(ch->hdr, ch->size);
 	close(ch->memfd);
+	close(ch->bell);
 	free(ch->circ);
 	free(ch->gone_queued);
 	free(ch->warm);
@@ -120,8 +152,10 @@ static void chan_maybe_free(struct shuntd *d, struct channel *ch)
 		return;
 	if (ch->client)
 		shunt_list_del(&ch->client_node);
-	if (ch->listener)
+	if (ch->listener) {
+		unring(ch);
 		shunt_list_del(&ch->listener_node);
+	}
 	chan_free(d, ch);
 }
 
@@ -133,11 +167,14 @@ static void chan_close(struct channel *ch)
 
 static struct channel *chan_new(struct shuntd *d, struct session *s, struct listener *l)
 {
+	struct shunt_list *pos;
 	struct channel *ch = calloc(1, sizeof(*ch));
 	uint32_t slots = d->cfg.chan_slots, ring = d->cfg.ring_size;
+	struct epoll_event ev = { .events = EPOLLIN };
 
 	if (!ch)
 		return NULL;
+	ch->bell = -1;
 	ch->slots = slots;
 	ch->ring_size = ring;
 	ch->size = shunt_chan_size(slots, ring);
@@ -164,14 +201,25 @@ static struct channel *chan_new(struct shuntd *d, struct session *s, struct list
 	ch->hdr->client = s->id;
 	atomic_store(&ch->hdr->max_queued, l->max_queued);
 	atomic_store(&ch->hdr->state, SHUNT_CHAN_OPEN);
+	ch->bell = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ch->bell < 0 || epoll_ctl(l->bells, EPOLL_CTL_ADD, ch->bell, &ev) < 0)
+		goto fail;
 	if (shunt_map_put(&d->channels, ch->id, ch) < 0)
 		goto fail;
 	ch->client = s;
 	ch->listener = l;
 	shunt_list_add_tail(&s->channels, &ch->client_node);
 	shunt_list_add_tail(&l->channels, &ch->listener_node);
-	/* The listener's acceptors learn of it even if its first count is used up. */
+	/* The listener's acceptors learn of it even if its client never counts. */
 	shuntd_directory_channel(d, l);
+	/*
+	 * And in each holder's process one that sleeps on the bells of the
+	 * channels it has (an EPOLLEXCLUSIVE registration, which cannot hold
+	 * the listener's bells) wakes to ask for it: counted on each listener
+	 * hold's announce until that session is handed the channel.
+	 */
+	shunt_list_for_each(pos, &l->holds)
+		shuntd_efd_ring(shunt_container_of(pos, struct hold, node)->announce);
 	shunt_debug("channel %llu: session %llu (pid %d) to listener %llu, %u slots",
 		    (unsigned long long)ch->id, (unsigned long long)s->id, (int)s->pid,
 		    (unsigned long long)l->id, slots);
@@ -183,6 +231,9 @@ fail:
 		munmap(ch->hdr, ch->size);
 	if (ch->memfd >= 0)
 		close(ch->memfd);
+	/* Closed, it leaves the bells too (nobody else has it yet). */
+	if (ch->bell >= 0)
+		close(ch->bell);
 	free(ch->circ);
 	free(ch);
 	return NULL;
@@ -226,6 +277,7 @@ struct channel *shuntd_chan_for(struct shuntd *d, struct session *s, struct list
 struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct listener *l,
 				    bool *last)
 {
+	struct hold *h = shuntd_hold_find_listener(s, l);
 	struct channel *give = NULL;
 	struct shunt_list *pos;
 
@@ -244,16 +296,20 @@ struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct 
 			return NULL;
 		give = ch;
 	}
+	/* What its announce counted for it: one channel, or all of them (its own to fill). */
+	if (h && give)
+		shuntd_efd_take(h->announce);
+	else if (h)
+		shuntd_efd_take_some(h->announce, SHUNTD_ANNOUNCE_SETTLE);
 	return give;
 }
 
 int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint32_t seq,
-		      const struct shunt_wire_addr *src, int doorbell, uint32_t flags,
-		      struct link *k)
+		      const struct shunt_wire_addr *src, uint32_t flags, struct link *k)
 {
 	struct shunt_msg_chan r;
-	int fds[SHUNT_MSG_MAX_FDS] = { ch->memfd }, e;
-	unsigned n = 1;
+	int fds[SHUNT_MSG_MAX_FDS] = { ch->memfd, ch->bell }, e;
+	unsigned n = 2;
 
 	shunt_proto_init(&r, type | SHUNT_MSG_REPLY, sizeof(r), seq);
 	r.h.status = SHUNT_USE_CHANNEL;
@@ -263,8 +319,6 @@ int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint
 	r.flags = flags;
 	if (src)
 		r.src = *src;
-	if (doorbell >= 0)
-		fds[n++] = doorbell;
 	if (k)
 		n += shuntd_link_attach(s, k, &r, fds + n);
 	r.gone = shuntd_link_take_gone(s);
@@ -552,6 +606,7 @@ void shuntd_chan_listener_gone(struct shuntd *d, struct listener *l)
 				ch->gone_queued[en.slot] = en.gen + 1;
 		}
 		atomic_store(&ch->hdr->head, tail);
+		unring(ch);
 		shunt_list_del(&ch->listener_node);
 		ch->listener = NULL;
 		ch->busy = false;

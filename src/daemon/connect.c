@@ -170,7 +170,7 @@ void shuntd_connect(struct shuntd *d, struct session *s, const struct shunt_msg_
 		shuntd_link_prepare(d, s, l, made, &k);
 		/* The connection it makes now is journaled: read at the next tick, no kick. */
 		shuntd_journal_expect(d, s);
-		shuntd_chan_reply(s, ch, SHUNT_MSG_CONNECT, m->h.seq, &bind_to, l->doorbell, 0, k);
+		shuntd_chan_reply(s, ch, SHUNT_MSG_CONNECT, m->h.seq, &bind_to, 0, k);
 		return;
 	}
 	if (abandoned) {
@@ -239,7 +239,7 @@ void shuntd_accept(struct shuntd *d, struct session *s, const struct shunt_msg_a
 		if (ch) {
 			/* As for its client: what it takes from the channel is journaled. */
 			shuntd_journal_expect(d, s);
-			shuntd_chan_reply(s, ch, SHUNT_MSG_ACCEPT, m->h.seq, NULL, -1,
+			shuntd_chan_reply(s, ch, SHUNT_MSG_ACCEPT, m->h.seq, NULL,
 					  last ? SHUNT_CHAN_LAST : 0,
 					  shuntd_link_undelivered(s, ch->client));
 			return;

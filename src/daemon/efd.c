@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * The eventfds shuntd shares with processes: listeners' doorbells (with
- * every holder and client of the listener), journals' kicks and links'
- * eventfds (with their process). Each is one open file, so any of them can
+ * their holders), channels' bells (with the channel's client and the
+ * listener's holders), journals' kicks and links' eventfds (with their
+ * process). Each is one open file, so any of them can
  * clear its O_NONBLOCK for shuntd too, and fill its counter or empty it:
  * shuntd, one thread for every process, never waits on one.
  */
@@ -98,4 +99,13 @@ void shuntd_efd_ring(int efd)
 	 */
 	if (poll(&p, 1, 0) == 1 && (p.revents & POLLOUT))
 		(void)guarded(efd, &one, true);
+}
+
+uint32_t shuntd_efd_take_some(int efd, uint32_t max)
+{
+	uint32_t n = 0;
+
+	while (n < max && shuntd_efd_take(efd))
+		n++;
+	return n;
 }

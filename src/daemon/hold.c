@@ -9,6 +9,8 @@
  */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "daemon/shuntd.h"
@@ -38,11 +40,24 @@ struct hold *shuntd_hold_end(struct circuit *c, unsigned end, struct session *s)
 
 struct hold *shuntd_hold_listener(struct listener *l, struct session *s)
 {
-	struct hold *h = hold_new(s, &l->holds);
+	int announce = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
+	struct hold *h = announce >= 0 ? hold_new(s, &l->holds) : NULL;
 
-	if (h)
-		h->listener = l;
+	if (!h) {
+		if (announce >= 0)
+			close(announce);
+		return NULL;
+	}
+	h->listener = l;
+	h->announce = announce;
 	return h;
+}
+
+void shuntd_hold_free(struct hold *h)
+{
+	if (h->listener)
+		close(h->announce);
+	free(h);
 }
 
 struct hold *shuntd_hold_find_end(struct session *s, struct circuit *c, unsigned end)
@@ -100,7 +115,7 @@ void shuntd_hold_release(struct shuntd *d, struct hold *h, bool died)
 		if (died)
 			clear_routes(e, h->session->id);
 	}
-	free(h);
+	shuntd_hold_free(h);
 	if (c && shunt_list_empty(&c->end[end].holds))
 		shuntd_circuit_end_done(d, c, end, died);
 	if (l && shunt_list_empty(&l->holds))

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,13 +27,48 @@ enum {
 	SETTLE_MAX = 64,
 };
 
-static void reply_listen(struct session *s, uint32_t seq, uint64_t id, int doorbell)
+/*
+ * The reply to a LISTEN: registration @l's id, and its session's hold's
+ * announce; for a new registration (@fresh) the listener's bells and
+ * doorbell before it.
+ */
+static void reply_listen(struct session *s, uint32_t seq, struct listener *l, bool fresh)
 {
 	struct shunt_msg_listen_reply r;
+	struct hold *h = shuntd_hold_find_listener(s, l);
+	int fds[3] = { l->bells, l->doorbell, h ? h->announce : -1 };
 
+	if (!h) {
+		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, seq, -ENOENT);
+		return;
+	}
 	shunt_proto_init(&r, SHUNT_MSG_LISTEN | SHUNT_MSG_REPLY, sizeof(r), seq);
-	r.listener = id;
-	shuntd_session_reply(s, &r, doorbell >= 0 ? &doorbell : NULL, doorbell >= 0);
+	r.listener = l->id;
+	shuntd_session_reply(s, &r, fresh ? fds : fds + 2, fresh ? 3 : 1);
+}
+
+/*
+ * @l's doorbell and the epoll instance its holders poll, holding it (and
+ * later each channel's bell, chan.c). 0 or -errno.
+ */
+static int make_bells(struct listener *l)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	l->doorbell = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
+	l->bells = epoll_create1(EPOLL_CLOEXEC);
+	if (l->doorbell >= 0 && l->bells >= 0 &&
+	    epoll_ctl(l->bells, EPOLL_CTL_ADD, l->doorbell, &ev) == 0)
+		return 0;
+	return -errno;
+}
+
+static void close_bells(struct listener *l)
+{
+	if (l->doorbell >= 0)
+		close(l->doorbell);
+	if (l->bells >= 0)
+		close(l->bells);
 }
 
 /*
@@ -128,7 +164,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 		l->defer_ms = f.defer_accept * 1000;
 		shuntd_chan_relisten(l);
 		shuntd_listener_admit(d, l);
-		reply_listen(s, m->h.seq, l->id, -1);
+		reply_listen(s, m->h.seq, l, false);
 		shuntd_netns_put(d, ns);
 		return;
 	}
@@ -143,7 +179,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 			shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
 			return;
 		}
-		reply_listen(s, m->h.seq, l->id, l->doorbell);
+		reply_listen(s, m->h.seq, l, true);
 		return;
 	}
 	l = calloc(1, sizeof(*l));
@@ -152,7 +188,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
 		return;
 	}
-	l->doorbell = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
+	r = make_bells(l);
 	l->id = shuntd_new_id(d);
 	shunt_list_init(&l->holds);
 	l->tenant = s->tenant;
@@ -169,14 +205,14 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	shunt_list_init(&l->synq);
 	shunt_list_init(&l->deferq);
 	shunt_list_init(&l->channels);
-	r = l->doorbell < 0 ? -errno : enter(d, l);
+	if (r == 0)
+		r = enter(d, l);
 	if (r == 0 && !shuntd_hold_listener(l, s)) {
 		leave(d, l);
 		r = -ENOMEM;
 	}
 	if (r < 0) {
-		if (l->doorbell >= 0)
-			close(l->doorbell);
+		close_bells(l);
 		free(l);
 		shuntd_netns_put(d, ns);
 		shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, r);
@@ -186,7 +222,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 
 	shunt_debug("listener %llu: %s backlog %u (pid %d)", (unsigned long long)l->id,
 		    shunt_addr_format(&l->addr, a, sizeof(a)), f.max_backlog, (int)s->pid);
-	reply_listen(s, m->h.seq, l->id, l->doorbell);
+	reply_listen(s, m->h.seq, l, true);
 }
 
 void shuntd_listener_unregister(struct shuntd *d, struct session *s,
@@ -347,10 +383,10 @@ void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
 
 		shunt_list_del(&h->node);
 		shunt_list_del(&h->session_node);
-		free(h);
+		shuntd_hold_free(h);
 	}
 	leave(d, l);
-	close(l->doorbell);
+	close_bells(l);
 	shuntd_netns_put(d, l->ns);
 	free(l);
 }
@@ -527,18 +563,12 @@ void shuntd_listener_admit(struct shuntd *d, struct listener *l)
 
 void shuntd_listener_settle(struct listener *l)
 {
-	uint32_t taken = 0, owed;
+	uint32_t taken = shuntd_efd_take_some(l->doorbell, SETTLE_MAX);
 
-	while (taken < SETTLE_MAX && shuntd_efd_take(l->doorbell))
-		taken++;
-	/*
-	 * A client counts its entry after queueing it: the count of one still
-	 * queued was there before the entry was, so the queues, read after
-	 * the counts, show it (and at most the slots of the channels).
-	 */
-	owed = l->queued + shuntd_chan_queued(l);
-	for (uint32_t i = 0; i < taken && i < owed; i++)
+	/* Its holders can ring it too: what it owes is what shuntd queued. */
+	for (uint32_t i = 0; i < taken && i < l->queued; i++)
 		shuntd_efd_ring(l->doorbell);
+	shuntd_chan_settle(l, SETTLE_MAX);
 }
 
 /*

@@ -47,6 +47,8 @@ struct shuntd_config {
 enum { SHUNTD_POLICY_PAIRS = 256 };
 /* Channels one client process may have to one listener (each --channel-slots connections). */
 enum { SHUNTD_CHANS_PER_CLIENT = 64 };
+/* Counts taken off a listener hold's announce at once when nothing is left to hand it. */
+enum { SHUNTD_ANNOUNCE_SETTLE = 64 };
 
 struct policy_pair {
 	char from[SHUNT_TENANT_LEN];
@@ -191,6 +193,12 @@ struct hold {
 	struct circuit *circuit;	/* or NULL for a listener hold */
 	unsigned end;
 	struct listener *listener;
+	/*
+	 * A listener hold's: EFD_SEMAPHORE, counting the channels of the
+	 * listener made and not yet handed to this session (chan.c), which its
+	 * process's EPOLLEXCLUSIVE registrations wake on; or -1.
+	 */
+	int announce;
 	/* Holds an exec ticket kept (exec.c): what the new image needs to find its socket. */
 	uint64_t inode;			/* of the kernel socket the end was kept with */
 	uint32_t xflags;		/* enum shunt_exec_flags */
@@ -263,6 +271,12 @@ struct channel {
 	struct shunt_chan_hdr *hdr;	/* all of it, mapped */
 	size_t size;
 	int memfd;
+	/*
+	 * EFD_SEMAPHORE: what its client counted its queued connections on,
+	 * and its acceptors count them off; in its listener's bells while it
+	 * has one. The client can fill, empty or leave it: its own only.
+	 */
+	int bell;
 	uint32_t slots;
 	uint32_t ring_size;
 	struct circuit **circ;		/* per slot: the circuit living there, or NULL */
@@ -316,7 +330,17 @@ struct listener {
 	uint32_t defer_ms;		/* TCP_DEFER_ACCEPT as the kernel rounded it, in ms; 0: off */
 	bool reuseport;			/* SO_REUSEPORT: one of a group sharing the address */
 	uid_t uid;			/* the socket's owner: a group has one */
-	int doorbell;			/* EFD_SEMAPHORE: value == queued, channels' entries too */
+	/*
+	 * EFD_SEMAPHORE: value == queued (shuntd's acceptq). Shared with the
+	 * listener's holders, for their EPOLLEXCLUSIVE registrations.
+	 */
+	int doorbell;
+	/*
+	 * An epoll instance holding the doorbell and each channel's bell:
+	 * what the listener's holders poll, readable while any of them counts
+	 * a connection. No client holds it or the doorbell.
+	 */
+	int bells;
 	struct shunt_list channels;	/* struct channel.listener_node */
 };
 
@@ -391,7 +415,10 @@ const char *shuntd_session_comm(struct session *s);
 
 /* hold.c: who holds what */
 struct hold *shuntd_hold_end(struct circuit *c, unsigned end, struct session *s);
+/* A hold of @l by @s, with its announce eventfd; NULL if out of memory or descriptors. */
 struct hold *shuntd_hold_listener(struct listener *l, struct session *s);
+/* Free @h, taken off its lists already. */
+void shuntd_hold_free(struct hold *h);
 struct hold *shuntd_hold_find_end(struct session *s, struct circuit *c, unsigned end);
 struct hold *shuntd_hold_find_listener(struct session *s, struct listener *l);
 /* Drop a hold; @died: the process went away without closing. */
@@ -457,6 +484,8 @@ int shuntd_efd_init(void);
 bool shuntd_efd_take(int efd);
 /* Add one, unless the counter is full (then it is readable anyway). */
 void shuntd_efd_ring(int efd);
+/* Take up to @max counts off doorbell or bell @efd: how many there were. */
+uint32_t shuntd_efd_take_some(int efd, uint32_t max);
 
 /* listener.c */
 void shuntd_listener_register(struct shuntd *d, struct session *s,
@@ -479,11 +508,12 @@ struct listener *shuntd_listener_match(struct shuntd *d, struct netns *from, uin
 /* Move circuits from the SYN queue into free accept-queue room. */
 void shuntd_listener_admit(struct shuntd *d, struct listener *l);
 /*
- * The doorbell of @l rings with nothing queued for the acceptor that asked:
- * take what it counts beyond what is queued (up to SETTLE_MAX at a time),
- * so that poll() and epoll no longer say the listener is readable. Counts
- * to spare come from a client whose entry was taken before it counted it,
- * entries dropped as spoilt, or a process ringing the doorbell.
+ * The bells of @l ring with nothing queued for the acceptor that asked:
+ * take what the doorbell and each channel's bell count beyond what is
+ * queued there (up to SETTLE_MAX at a time each), so that poll() and epoll
+ * no longer say the listener is readable. Counts to spare come from a
+ * client whose entry was taken before it counted it, entries dropped as
+ * spoilt, or a client ringing its bell.
  */
 void shuntd_listener_settle(struct listener *l);
 /*
@@ -574,6 +604,8 @@ struct channel *shuntd_chan_to_give(struct shuntd *d, struct session *s, struct 
 				    bool *last);
 /* Connections queued in @l's channels and not yet taken. */
 uint32_t shuntd_chan_queued(struct listener *l);
+/* Settle each of @l's channels' bells against its queue (shuntd_listener_settle), @max each. */
+void shuntd_chan_settle(struct listener *l, uint32_t max);
 /* @l listens again (its backlog, its options changed): its channels follow. */
 void shuntd_chan_relisten(struct listener *l);
 /* @l is going away: its channels close, their queued connections are reset. */
@@ -598,14 +630,13 @@ void shuntd_chan_connected(struct shuntd *d, struct session *s,
 void shuntd_chan_accepted(struct shuntd *d, struct session *s,
 			  const struct shunt_journal_entry *e);
 /*
- * Reply to a CONNECT (with the source address to bind to and the
- * listener's doorbell) or an ACCEPT (@src NULL, @doorbell -1) with a
- * channel to use: status SHUNT_USE_CHANNEL, @flags enum shunt_chan_flags,
- * link @k (or NULL) handed over with it, and a dead link to forget.
+ * Reply to a CONNECT (with the source address to bind to) or an ACCEPT
+ * (@src NULL) with a channel to use, its memfd and bell: status
+ * SHUNT_USE_CHANNEL, @flags enum shunt_chan_flags, link @k (or NULL)
+ * handed over with it, and a dead link to forget.
  */
 int shuntd_chan_reply(struct session *s, struct channel *ch, uint16_t type, uint32_t seq,
-		      const struct shunt_wire_addr *src, int doorbell, uint32_t flags,
-		      struct link *k);
+		      const struct shunt_wire_addr *src, uint32_t flags, struct link *k);
 
 /* journal.c */
 /* A new session's journal; -errno if it cannot be made. */

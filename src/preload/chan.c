@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <netinet/in.h>
 
@@ -33,6 +34,7 @@
 enum {
 	TAKE_TRIES = 16,	/* compare-and-swaps of a channel's head lost before take gives up */
 	SKIP_MAX = 16,		/* channels that gave nothing good before an accept gives up */
+	SETTLE_MAX = 64,	/* counts taken off a bell per settling, as shuntd takes */
 };
 
 struct shunt_chan {
@@ -44,8 +46,13 @@ struct shunt_chan {
 	uint64_t id_base;
 	uint64_t listener;
 	_Atomic int refs;		/* the list's, and one per connection in a slot */
+	/*
+	 * Its bell (hidden): the client counts each connection it queued up,
+	 * an acceptor counts each it took down. Every channel has its own, in
+	 * its listener's bells (docs/connect.md, "The doorbell").
+	 */
+	int bell;
 	/* A client's only. */
-	int doorbell;			/* the listener's (hidden), counted up per queued connection */
 	struct shunt_wire_addr dst;	/* what connect() names to use it */
 	struct shunt_wire_addr src;	/* the source address, when the socket is not bound */
 	/* An acceptor's only, under list_lock: of a dead shuntd, nobody queues here any more. */
@@ -65,6 +72,38 @@ static struct shunt_chan *acceptors;	/* under list_lock */
  * another's entry and is never accepted.
  */
 static pthread_mutex_t tx_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * Bells of acceptor channels dropped from the list while the listener's
+ * EPOLLEXCLUSIVE registrations may still hold them (epoll.c): kept open
+ * until those let go of them (shunt_chan_dropped_bells), so that a client
+ * ringing a bell we no longer take counts off cannot keep them readable.
+ * Under list_lock.
+ */
+struct dropped_bell {
+	uint64_t listener;
+	int bell;
+};
+static struct dropped_bell *dropped;
+static size_t ndropped, dropped_cap;
+
+/* @ch, an acceptor channel, leaves the list: its bell waits for epoll to let go. Under list_lock. */
+static void drop_bell_locked(struct shunt_chan *ch)
+{
+	if (ch->bell < 0)
+		return;
+	if (ndropped == dropped_cap) {
+		size_t cap = dropped_cap ? 2 * dropped_cap : 16;
+		struct dropped_bell *more = realloc(dropped, cap * sizeof(*more));
+
+		if (!more)
+			return;		/* closed with the channel: a stale registration at worst */
+		dropped = more;
+		dropped_cap = cap;
+	}
+	dropped[ndropped++] = (struct dropped_bell){ ch->listener, ch->bell };
+	ch->bell = -1;
+}
 
 static _Atomic uint32_t *slot_states(struct shunt_chan *ch)
 {
@@ -92,14 +131,14 @@ void shunt_chan_put(struct shunt_chan *ch)
 	if (atomic_fetch_sub_explicit(&ch->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	shunt_syscall(SYS_munmap, ch->hdr, ch->size);
-	if (ch->doorbell >= 0)
-		shunt_close_hidden(ch->doorbell);
+	if (ch->bell >= 0)
+		shunt_close_hidden(ch->bell);
 	free(ch);
 }
 
 /*
- * Map the channel of @g (its memfd closed here) after checking that it is
- * one, and what the reply says it is. NULL with -errno in *@err.
+ * Map the channel of @g and keep its bell (both taken over) after checking
+ * that it is one, and what the reply says it is. NULL with -errno in *@err.
  */
 static struct shunt_chan *chan_map(struct shunt_grant *g, int *err)
 {
@@ -141,14 +180,24 @@ static struct shunt_chan *chan_map(struct shunt_grant *g, int *err)
 	ch->id = m->channel;
 	ch->id_base = hdr->id_base;
 	ch->listener = hdr->listener;
-	ch->doorbell = -1;
+	ch->bell = g->bell >= 0 ? shunt_fd_hide(g->bell) : -1;
+	g->bell = -1;
 	atomic_init(&ch->refs, 1);
 	*err = 0;
+	if (ch->bell < 0) {
+		/* Nowhere to keep it (or none came): nobody would hear of its connections. */
+		free(ch);
+		ch = NULL;
+		*err = -EMFILE;
+	}
 out:
 	if (!ch && hdr)
 		shunt_syscall(SYS_munmap, hdr, size);
 	shunt_close_internal(g->memfd);
 	g->memfd = -1;
+	if (g->bell >= 0)
+		shunt_close_internal(g->bell);
+	g->bell = -1;
 	return ch;
 }
 
@@ -166,12 +215,6 @@ int shunt_chan_install_client(struct shunt_grant *g, const struct shunt_wire_add
 	if (!ch) {
 		shunt_grant_discard(g);
 		return err;
-	}
-	ch->doorbell = g->doorbell >= 0 ? shunt_fd_hide(g->doorbell) : -1;
-	g->doorbell = -1;
-	if (ch->doorbell < 0) {
-		shunt_chan_put(ch);
-		return -EMFILE;
 	}
 	ch->dst = *dst;
 	ch->src = g->chan.src;
@@ -379,11 +422,11 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 	atomic_store_explicit(&ch->hdr->tail, tail + 1, memory_order_release);
 	pthread_mutex_unlock(&tx_lock);
 	/*
-	 * Counted on the doorbell once it can be taken, so that an acceptor
-	 * woken by the count finds the entry (or finds it taken), and a count
-	 * with no entry to see is one to spare (docs/connect.md, "The doorbell").
+	 * Counted on the bell once it can be taken, so that an acceptor woken
+	 * by the count finds the entry (or finds it taken), and a count with
+	 * no entry to see is one to spare (docs/connect.md, "The doorbell").
 	 */
-	shunt_eventfd_signal(ch->doorbell);
+	shunt_eventfd_signal(ch->bell);
 
 	je.channel = ch->id;
 	je.slot = (uint32_t)slot;
@@ -449,6 +492,7 @@ static void prune_locked(uint64_t listener, struct shunt_chan **gone)
 	while ((ch = *p)) {
 		if (ch->listener == listener && sealed(ch)) {
 			*p = ch->next;
+			drop_bell_locked(ch);
 			ch->next = *gone;
 			*gone = ch;
 		} else {
@@ -463,9 +507,6 @@ int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 	int err;
 
 	ch = chan_map(g, &err);
-	if (g->doorbell >= 0)
-		shunt_close_internal(g->doorbell);
-	g->doorbell = -1;
 	if (!ch)
 		return err;
 	if (ch->listener != listener) {
@@ -640,8 +681,10 @@ static void drop_orphan(struct shunt_chan *ch)
 	for (p = &acceptors; *p; p = &(*p)->next)
 		if (*p == ch) {
 			found = ch->orphan && !queued(ch, &head);
-			if (found)
+			if (found) {
 				*p = ch->next;
+				drop_bell_locked(ch);
+			}
 			break;
 		}
 	pthread_mutex_unlock(&list_lock);
@@ -673,7 +716,7 @@ static bool entry_good(struct shunt_chan *ch, const struct shunt_chan_entry *en,
 	       fits(laddr, &en->client) && fits(laddr, &en->dst);
 }
 
-int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
+int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr,
 		      struct shunt_conn **out, struct shunt_journal_entry *je)
 {
 	struct shunt_wire_addr ends[2], peers[2];
@@ -691,6 +734,19 @@ int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, in
 	while (nskip < SKIP_MAX && (ch = oldest(listener, skip, nskip))) {
 		bool taken = take(ch, &en) == 0;
 
+		/*
+		 * Its count, which its client made just after queueing it: it
+		 * may not be there yet (the read finds none, and the count comes
+		 * to spare: shuntd_listener_settle). The channel's own bell, good
+		 * entry or spoilt: a client that left its entries uncounted, or
+		 * took its counts back, or moved head back over taken entries,
+		 * costs its own connections their wake-ups, nobody else's.
+		 * Another acceptor that finds the queue empty while this count
+		 * is still there yields once and looks again before it asks
+		 * shuntd.
+		 */
+		if (taken)
+			shunt_eventfd_take(ch->bell);
 		if (taken && ch->orphan)
 			drop_orphan(ch);
 		if (!taken || !entry_good(ch, &en, laddr)) {
@@ -698,17 +754,6 @@ int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, in
 			shunt_chan_put(ch);
 			continue;
 		}
-		/*
-		 * Its count, which its client made just after queueing it: it
-		 * may not be there yet (the read finds none, and the count comes
-		 * to spare: shuntd_listener_settle). Only a good entry's: one
-		 * that was never counted (a head moved back over taken entries)
-		 * must not use up an honest connection's; a spoilt one's count
-		 * is left to spare. Another acceptor that finds the queue empty
-		 * while this count is still there yields once and looks again
-		 * before it asks shuntd.
-		 */
-		shunt_eventfd_take(doorbell);
 		shunt_addr_ends(&en.client, &en.dst, laddr, ends, peers);
 		atomic_store(&slot_hdr(ch, en.slot)->end[SHUNT_END_ACCEPTOR].holders, 1);
 		memset(je, 0, sizeof(*je));
@@ -729,6 +774,8 @@ void shunt_chan_forget_listener(uint64_t listener)
 {
 	struct shunt_chan **p = &acceptors, *gone = NULL, *ch;
 
+	/* Its epoll registrations let go of its channels' bells first (shunt_epoll_sock_moved). */
+	shunt_chan_dropped_bells(listener, NULL, NULL);
 	pthread_mutex_lock(&list_lock);
 	while (*p) {
 		ch = *p;
@@ -762,35 +809,73 @@ void shunt_chan_drop_clients(void)
 	}
 }
 
-uint32_t shunt_chan_queued(uint64_t listener)
+void shunt_chan_dropped_bells(uint64_t listener, void (*let_go)(int bell, void *arg), void *arg)
+{
+	size_t i = 0;
+
+	pthread_mutex_lock(&list_lock);
+	while (i < ndropped) {
+		if (dropped[i].listener != listener) {
+			i++;
+			continue;
+		}
+		if (let_go)
+			let_go(dropped[i].bell, arg);
+		shunt_close_hidden(dropped[i].bell);
+		dropped[i] = dropped[--ndropped];
+	}
+	pthread_mutex_unlock(&list_lock);
+}
+
+void shunt_chan_each_bell(uint64_t listener, void (*fn)(int bell, void *arg), void *arg)
 {
 	struct shunt_chan *ch;
-	uint64_t head;
-	uint32_t n = 0;
 
 	pthread_mutex_lock(&list_lock);
 	for (ch = acceptors; ch; ch = ch->next)
-		if (ch->listener == listener)
-			n += queued(ch, &head);
+		if (ch->listener == listener && ch->bell >= 0)
+			fn(ch->bell, arg);
 	pthread_mutex_unlock(&list_lock);
-	return n;
 }
 
-uint32_t shunt_chan_move_listener(uint64_t from, uint64_t to)
+void shunt_chan_settle(uint64_t listener)
+{
+	struct shunt_chan *ch;
+	uint64_t head, v = 1;
+
+	pthread_mutex_lock(&list_lock);
+	for (ch = acceptors; ch; ch = ch->next) {
+		uint32_t taken = 0, owed;
+
+		if (ch->listener != listener)
+			continue;
+		while (taken < SETTLE_MAX && shunt_eventfd_take(ch->bell))
+			taken++;
+		/* Read after the counts: the entry of any count taken is there. */
+		owed = queued(ch, &head);
+		for (uint32_t i = 0; i < taken && i < owed; i++)
+			(void)!shunt_syscall(SYS_write, ch->bell, &v, sizeof(v));
+	}
+	pthread_mutex_unlock(&list_lock);
+}
+
+void shunt_chan_move_listener(uint64_t from, uint64_t to, int bells)
 {
 	struct shunt_chan **p = &acceptors, *gone = NULL, *ch;
 	uint64_t head;
-	uint32_t n = 0, q;
 
 	pthread_mutex_lock(&list_lock);
 	while (*p) {
 		ch = *p;
 		if (ch->listener != from) {
 			p = &ch->next;
-		} else if ((q = queued(ch, &head))) {
+		} else if (queued(ch, &head)) {
+			struct epoll_event ev = { .events = EPOLLIN };
+
 			ch->listener = to;
 			ch->orphan = true;
-			n += q;
+			/* Still counted on its bell: the new bells hear it. */
+			(void)!shunt_syscall(SYS_epoll_ctl, bells, EPOLL_CTL_ADD, ch->bell, &ev);
 			p = &ch->next;
 		} else {
 			*p = ch->next;
@@ -803,7 +888,6 @@ uint32_t shunt_chan_move_listener(uint64_t from, uint64_t to)
 		gone = ch->next;
 		shunt_chan_put(ch);
 	}
-	return n;
 }
 
 void shunt_chan_fork_prepare(void)

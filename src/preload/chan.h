@@ -19,7 +19,7 @@ struct shunt_chan;
 struct shunt_conn;
 
 /*
- * Keep the channel of CONNECT reply @g (its descriptors taken over) for
+ * Keep the channel of CONNECT reply @g (its memfd and bell taken over) for
  * connecting to @dst from now on. 0 or -errno.
  */
 int shunt_chan_install_client(struct shunt_grant *g, const struct shunt_wire_addr *dst);
@@ -35,17 +35,20 @@ int shunt_chan_install_client(struct shunt_grant *g, const struct shunt_wire_add
  */
 int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_conn **out);
 
-/* Keep the channel of ACCEPT reply @g (its memfd taken over), of listener @listener. 0 or -errno. */
+/*
+ * Keep the channel of ACCEPT reply @g (its memfd and bell taken over), of
+ * listener @listener. 0 or -errno.
+ */
 int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener);
 
 /*
  * Take the oldest connection queued in this process's channels of listener
- * @listener, whose socket is bound to @laddr, and count it off @doorbell.
- * Returns 0 with the connection (the acceptor's end) in *@out and its
- * journal entry in *@je (to append with shunt_chan_journal once the
- * accepted socket exists), or -EAGAIN.
+ * @listener, whose socket is bound to @laddr, and count it off its
+ * channel's bell. Returns 0 with the connection (the acceptor's end) in
+ * *@out and its journal entry in *@je (to append with shunt_chan_journal
+ * once the accepted socket exists), or -EAGAIN.
  */
-int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr, int doorbell,
+int shunt_chan_accept(uint64_t listener, const struct shunt_wire_addr *laddr,
 		      struct shunt_conn **out, struct shunt_journal_entry *je);
 
 /*
@@ -76,16 +79,36 @@ void shunt_chan_forget_listener(uint64_t listener);
  */
 void shunt_chan_drop_clients(void);
 
-/* How many connections this process's channels of @listener hold queued. */
-uint32_t shunt_chan_queued(uint64_t listener);
+/*
+ * Call @fn with the bell of each of this process's channels of @listener,
+ * under the lock that keeps them open (take no lock in @fn but epoll's).
+ */
+void shunt_chan_each_bell(uint64_t listener, void (*fn)(int bell, void *arg), void *arg);
+
+/*
+ * The bells of @listener's channels dropped since the last call: @let_go
+ * (may be NULL) is called with each, under the same lock, before it is
+ * closed. EPOLLEXCLUSIVE registrations hold them (epoll.c).
+ */
+void shunt_chan_dropped_bells(uint64_t listener, void (*let_go)(int bell, void *arg), void *arg);
+
+/*
+ * With no shuntd to ask (shuntd_listener_settle): take what the bells of
+ * this process's channels of @listener count beyond what their queues hold,
+ * so that poll() stops saying the listener is readable for nothing. Exact
+ * with one acceptor; with several, a count may come one over or one short
+ * (the accept() it wakes settles again; the next count wakes the other).
+ */
+void shunt_chan_settle(uint64_t listener);
 
 /*
  * Listener @from is registered again, as @to (a new shuntd): its channels
- * that still hold queued connections become @to's, so that accept() takes
- * them, until they are empty; the empty ones go (no client queues in them
- * any more). Returns how many connections the moved channels hold.
+ * that still hold queued connections become @to's, their bells put in @to's
+ * bells (an epoll instance), so that accept() takes them and poll() hears
+ * of them, until they are empty; the empty ones go (no client queues in
+ * them any more).
  */
-uint32_t shunt_chan_move_listener(uint64_t from, uint64_t to);
+void shunt_chan_move_listener(uint64_t from, uint64_t to, int bells);
 
 uint32_t shunt_chan_ring_size(const struct shunt_chan *ch);
 void shunt_chan_put(struct shunt_chan *ch);

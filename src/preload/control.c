@@ -558,11 +558,12 @@ static void notify(void *msg)
 	pthread_mutex_unlock(&ctl_lock);
 }
 
-int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, int *doorbell)
+int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_listen_fds *out)
 {
 	struct shunt_msg_listen m;
-	struct answer a = { .want = refresh ? 0 : 1 };
-	int r;
+	unsigned want = refresh ? 1 : 3;
+	struct answer a = { .want = want };
+	int r, *got[3] = { NULL, NULL, NULL };
 
 	/* Not a new registration that could not be served once made. */
 	if (!refresh && shunt_sandbox_forbids_circuits())
@@ -575,28 +576,50 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, int *doorbell
 		return r > 0 ? -EPROTO : r;
 	}
 	*listener = ((struct shunt_msg_listen_reply *)a.buf)->listener;
-	if (refresh) {
+	if (a.nfds != want) {
+		shunt_proto_close_fds(a.fds, a.nfds);
+		if (refresh)
+			return a.truncated ? -EMFILE : -EPROTO;
+		if (!a.truncated)
+			return -EPROTO;
+		/* Its bells did not arrive: the listener stays kernel-only. */
+		shunt_ctl_unlisten(*listener, false);
+		*listener = 0;
+		return -EMFILE;
+	}
+	if (!out) {
 		shunt_proto_close_fds(a.fds, a.nfds);
 		return 0;
 	}
-	if (a.nfds != 1) {
-		shunt_proto_close_fds(a.fds, a.nfds);
-		if (!a.truncated)
-			return -EPROTO;
-		/* Its doorbell did not arrive: the listener stays kernel-only. */
+	if (refresh) {
+		got[0] = &out->announce;
+	} else {
+		got[0] = &out->bells;
+		got[1] = &out->doorbell;
+		got[2] = &out->announce;
+	}
+	out->bells = out->doorbell = out->announce = -1;
+	r = 0;
+	for (unsigned i = 0; i < want; i++) {
+		/* Hidden, or closed: after one fails the rest are closed too. */
+		*got[i] = r == 0 ? shunt_fd_hide(a.fds[i]) : -1;
+		if (r == 0 && *got[i] < 0)
+			r = -EMFILE;
+		else if (r < 0)
+			shunt_close_internal(a.fds[i]);
+	}
+	if (r == 0)
+		return 0;
+	for (unsigned i = 0; i < want; i++)
+		if (*got[i] >= 0)
+			shunt_close_hidden(*got[i]);
+	out->bells = out->doorbell = out->announce = -1;
+	if (!refresh) {
+		/* Nowhere to keep them: the listener stays kernel-only. */
 		shunt_ctl_unlisten(*listener, false);
 		*listener = 0;
-		return -EMFILE;
 	}
-	*doorbell = shunt_fd_hide(a.fds[0]);
-	if (*doorbell < 0) {
-		/* Nowhere to keep it: the listener stays kernel-only. */
-		shunt_ctl_unlisten(*listener, false);
-		*listener = 0;
-		*doorbell = -1;
-		return -EMFILE;
-	}
-	return 0;
+	return r;
 }
 
 void shunt_ctl_unlisten(uint64_t listener, bool shutdown)
@@ -622,10 +645,10 @@ void shunt_ctl_unlisten(uint64_t listener, bool shutdown)
 
 void shunt_grant_discard(struct shunt_grant *g)
 {
-	int fds[3] = { g->kernel_half, g->memfd, g->doorbell };
+	int fds[3] = { g->kernel_half, g->memfd, g->bell };
 
 	shunt_proto_close_fds(fds, 3);
-	g->kernel_half = g->memfd = g->doorbell = -1;
+	g->kernel_half = g->memfd = g->bell = -1;
 }
 
 /* Install the link that came with channel reply @m (its three descriptors taken over). */
@@ -646,7 +669,7 @@ static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 {
 	unsigned want, i = 0;
 
-	g->kernel_half = g->memfd = g->doorbell = -1;
+	g->kernel_half = g->memfd = g->bell = -1;
 	g->offset = 0;
 	if (status == SHUNT_USE_CHANNEL) {
 		unsigned nlink;
@@ -659,7 +682,7 @@ static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 			return -EPROTO;
 		}
 		g->memfd = rfds[0];
-		g->doorbell = n - nlink == 2 ? rfds[1] : -1;
+		g->bell = n - nlink == 2 ? rfds[1] : -1;
 		/* A link to the other side, saving the LINK_NEXT that would fetch it. */
 		if (nlink)
 			take_chan_link(&g->chan, rfds + n - 3);
@@ -732,12 +755,12 @@ static int request_circuit(void *req, int fd, unsigned want, struct shunt_grant 
 	if (r == SHUNT_USE_CHANNEL && a.truncated) {
 		/* Not delivered whole: do without it (the next connect asks again). */
 		shunt_proto_close_fds(a.fds, a.nfds);
-		g->kernel_half = g->memfd = g->doorbell = -1;
+		g->kernel_half = g->memfd = g->bell = -1;
 		return -EMFILE;
 	}
 	if (r == SHUNT_OK && a.truncated) {
 		shunt_proto_close_fds(a.fds, a.nfds);
-		g->kernel_half = g->memfd = g->doorbell = -1;
+		g->kernel_half = g->memfd = g->bell = -1;
 		/* A SHUNT_OK reply to CONNECT or ACCEPT is a circuit (shunt_proto_check). */
 		withdraw((const struct shunt_msg_circuit *)a.buf, fd);
 		return -EMFILE;
@@ -763,7 +786,7 @@ int shunt_ctl_connect(int fd, const struct shunt_wire_addr *dst, uint32_t flags,
 	m.dst = *dst;
 	m.flags = flags;
 	struct patience pt = patience_from_now(&m.flags, SHUNT_CONNECT_DEADLINE, dst);
-	/* A circuit's memfd, or a channel's with the doorbell and a link's three. */
+	/* A circuit's memfd, or a channel's with its bell and a link's three. */
 	r = request_circuit(&m, fd, SHUNT_MSG_MAX_FDS, g, why, &pt);
 	if (r == -ENOTCONN)
 		shunt_stats.fallback_nodaemon++;
@@ -784,16 +807,12 @@ int shunt_ctl_accept(int fd, uint64_t listener, struct shunt_grant *g)
 	 * queueing (chan.c) must not make accept() wait for a stopped shuntd.
 	 */
 	struct patience pt = patience_from_now(&m.flags, SHUNT_ACCEPT_DEADLINE, NULL);
-	/* A circuit's memfd and kernel half, or a channel's memfd and a link's three. */
-	r = request_circuit(&m, fd, 4, g, NULL, &pt);
+	/* A circuit's memfd and kernel half, or a channel's memfd and bell and a link's three. */
+	r = request_circuit(&m, fd, SHUNT_MSG_MAX_FDS, g, NULL, &pt);
 	/*
-	 * shuntd is gone, and what it had queued went with it: nothing to
-	 * take, the kernel's queue is still there. The doorbell rang for
-	 * nothing: relisten.c counts again, before the caller waits again,
-	 * only what our channels hold.
+	 * shuntd is gone, and what it had queued went with it, its doorbell
+	 * too: nothing to take, the kernel's queue is still there.
 	 */
-	if (r == -ENOTCONN)
-		shunt_relisten_lost();
 	return r;
 }
 
@@ -1030,7 +1049,7 @@ int shunt_ctl_exec_next(struct shunt_grant *g, uint64_t *inode, uint32_t *flags)
 
 	shunt_proto_init(&m, SHUNT_MSG_EXEC_NEXT, sizeof(m), 0);
 	r = request(&m, NULL, 0, &a);
-	g->kernel_half = g->memfd = g->doorbell = -1;
+	g->kernel_half = g->memfd = g->bell = -1;
 	g->offset = 0;
 	if (r != SHUNT_OK || a.truncated) {
 		shunt_proto_close_fds(a.fds, a.nfds);

@@ -20,7 +20,7 @@
 /*
  * A circuit granted by shuntd: the reply and the descriptors that came with
  * it. Or, for SHUNT_USE_CHANNEL, a channel to use: @chan, its memfd in
- * @memfd and, for a connect, the listener's doorbell in @doorbell.
+ * @memfd and its bell in @bell.
  */
 struct shunt_grant {
 	struct shunt_msg_circuit msg;
@@ -28,7 +28,7 @@ struct shunt_grant {
 	int kernel_half;		/* -1 unless msg.flags has SHUNT_CIRCUIT_KERNEL_HALF */
 	int memfd;
 	uint64_t offset;		/* of the circuit in @memfd: 0, or a channel slot's */
-	int doorbell;			/* -1 unless a connect's channel */
+	int bell;			/* -1 unless a channel */
 };
 
 /* Set up from the environment (SHUNT_SOCKET); called once by init. */
@@ -69,12 +69,20 @@ bool shunt_ctl_has_session(void);
  */
 void shunt_ctl_open_session(void);
 
+/* What a LISTEN reply hands over, hidden (-1: not handed). */
+struct shunt_listen_fds {
+	int bells;			/* the listener's bells: an epoll instance */
+	int doorbell;			/* shuntd's own doorbell of the listener */
+	int announce;			/* this session's count of channels not yet handed to it */
+};
+
 /*
  * Register listening socket @fd (or refresh registration @refresh after a
- * second listen()). Returns 0 with *@listener and, for a new registration,
- * *@doorbell (hidden eventfd); or -errno.
+ * second listen(), or to get this session's announce). Returns 0 with
+ * *@listener and, if @out is not NULL, in *@out the announce and, for a new
+ * registration, the bells and the doorbell; or -errno.
  */
-int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, int *doorbell);
+int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_listen_fds *out);
 
 /* Let go of a listener (@shutdown: it stops listening for every process holding it). */
 void shunt_ctl_unlisten(uint64_t listener, bool shutdown);

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/sys.h"
 #include "preload/conn.h"
+#include "preload/chan.h"
 #include "preload/epoll.h"
 #include "preload/fdtable.h"
 #include "preload/libc.h"
@@ -251,7 +252,7 @@ static enum shunt_reg_mode mode_of(struct shunt_sock *s)
 
 	if (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING || atomic_load(&s->so_error))
 		return SHUNT_REG_CIRCUIT;
-	if (st == SHUNT_SOCK_LISTENING && s->doorbell >= 0)
+	if (st == SHUNT_SOCK_LISTENING && s->bells >= 0)
 		return SHUNT_REG_LISTENER;
 	return SHUNT_REG_KERNEL;
 }
@@ -296,9 +297,52 @@ static struct shunt_circuit_end *end_of(struct shunt_reg *r)
 	return r->sock->conn ? r->sock->conn->me : NULL;
 }
 
+struct member_op {
+	struct shunt_reg *r;
+	int op;
+};
+
+static void member_apply(int fd, void *arg)
+{
+	struct member_op *m = arg;
+	struct epoll_event ev = {
+		.events = m->r->events & (EPOLLIN | EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE),
+		.data.u64 = (uint64_t)(uintptr_t)m->r,
+	};
+
+	kctl(m->r->ep->kfd, m->op, fd, m->op == EPOLL_CTL_DEL ? NULL : &ev);
+}
+
+/*
+ * Add (EPOLL_CTL_ADD) or take out (EPOLL_CTL_DEL) what LISTENER
+ * registration @r holds besides the listening socket: the listener's bells,
+ * an epoll instance; or with EPOLLEXCLUSIVE, which the kernel refuses on
+ * an epoll file, shuntd's doorbell, our session's announce (which counts
+ * each channel shuntd makes until it hands it to us, so that a sleeper
+ * asks for it) and the bells of the listener's channels this process has,
+ * each with the flag. Under the notice lock.
+ */
+static void listener_members(struct shunt_reg *r, int op)
+{
+	struct shunt_sock *s = r->sock;
+	struct member_op m = { r, op };
+
+	if (!(r->events & EPOLLEXCLUSIVE)) {
+		if (s->bells >= 0)
+			member_apply(s->bells, &m);
+		return;
+	}
+	if (s->doorbell >= 0)
+		member_apply(s->doorbell, &m);
+	if (s->announce >= 0)
+		member_apply(s->announce, &m);
+	if (s->listener)
+		shunt_chan_each_bell(s->listener, member_apply, &m);
+}
+
 /*
  * Put a registration into the kernel instance as its mode wants. For a
- * LISTENER both the listening socket and the doorbell carry the
+ * LISTENER both the listening socket and its bells carry the
  * registration's address as data: absorb() turns their events back into
  * one event with the application's data. Under the notice lock.
  */
@@ -317,8 +361,7 @@ static long install(struct shunt_reg *r)
 		e = kctl(ep->kfd, EPOLL_CTL_ADD, r->fd, &ev);
 		if (e)
 			return e;
-		ev.events &= EPOLLIN | EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE;
-		kctl(ep->kfd, EPOLL_CTL_ADD, r->sock->doorbell, &ev);
+		listener_members(r, EPOLL_CTL_ADD);
 		pthread_mutex_lock(&ep->lock);
 		shunt_map_put(&ep->sentinels, (uint64_t)(uintptr_t)r, r);
 		pthread_mutex_unlock(&ep->lock);
@@ -358,8 +401,8 @@ static void uninstall(struct shunt_reg *r)
 	case SHUNT_REG_LISTENER:
 	case SHUNT_REG_NESTED:
 		kctl(ep->kfd, EPOLL_CTL_DEL, r->fd, NULL);
-		if (r->mode == SHUNT_REG_LISTENER && r->sock->doorbell >= 0)
-			kctl(ep->kfd, EPOLL_CTL_DEL, r->sock->doorbell, NULL);
+		if (r->mode == SHUNT_REG_LISTENER)
+			listener_members(r, EPOLL_CTL_DEL);
 		/* Events already harvested by another thread must not reach the application. */
 		pthread_mutex_lock(&ep->lock);
 		shunt_map_put(&ep->sentinels, (uint64_t)(uintptr_t)r, TOMBSTONE);
@@ -386,8 +429,11 @@ static long modify(struct shunt_reg *r)
 	case SHUNT_REG_LISTENER:
 		ev.data.u64 = (uint64_t)(uintptr_t)r;
 		e = kctl(r->ep->kfd, EPOLL_CTL_MOD, r->fd, &ev);
-		ev.events &= EPOLLIN | EPOLLET | EPOLLONESHOT;
-		kctl(r->ep->kfd, EPOLL_CTL_MOD, r->sock->doorbell, &ev);
+		/* The kernel modifies no EPOLLEXCLUSIVE registration (EINVAL above). */
+		if (!(r->events & EPOLLEXCLUSIVE) && r->sock->bells >= 0) {
+			ev.events &= EPOLLIN | EPOLLET | EPOLLONESHOT;
+			kctl(r->ep->kfd, EPOLL_CTL_MOD, r->sock->bells, &ev);
+		}
 		return e;
 	case SHUNT_REG_CIRCUIT:
 		dequeue(r);
@@ -504,6 +550,9 @@ int shunt_epoll_ctl(struct shunt_epoll *ep, int epfd, int op, int fd, struct epo
 	}
 	if (!f)
 		return (int)kctl(epfd, op, fd, ev);	/* kernel descriptors, as asked */
+	/* A listener's exclusive sleepers hear of new channels on our session's announce. */
+	if (f->kind == SHUNT_FILE_SOCK && op == EPOLL_CTL_ADD && (ev->events & EPOLLEXCLUSIVE))
+		shunt_sock_own_announce((struct shunt_sock *)f, fd);
 	if (f->kind == SHUNT_FILE_SOCK)
 		r = ctl_file(ep, op, fd, (struct shunt_sock *)f, NULL, ev);
 	else
@@ -561,15 +610,45 @@ void shunt_epoll_sock_bell(struct shunt_sock *s, bool attach)
 	pthread_mutex_lock(&shunt_notice_lock);
 	shunt_list_for_each(pos, &s->watchers) {
 		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
-		struct epoll_event ev = {
-			.events = r->events & (EPOLLIN | EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE),
-			.data.u64 = (uint64_t)(uintptr_t)r,
-		};
 
 		/* As install() and uninstall() do it for a LISTENER registration. */
 		if (r->mode == SHUNT_REG_LISTENER)
-			kctl(r->ep->kfd, attach ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s->doorbell,
-			     attach ? &ev : NULL);
+			listener_members(r, attach ? EPOLL_CTL_ADD : EPOLL_CTL_DEL);
+	}
+	pthread_mutex_unlock(&shunt_notice_lock);
+}
+
+/* A channel's bell dropped: out of every EPOLLEXCLUSIVE registration of socket @arg. */
+static void let_go_bell(int bell, void *arg)
+{
+	struct shunt_sock *s = arg;
+	struct shunt_list *pos;
+
+	shunt_list_for_each(pos, &s->watchers) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
+		struct member_op m = { r, EPOLL_CTL_DEL };
+
+		if (r->mode == SHUNT_REG_LISTENER && (r->events & EPOLLEXCLUSIVE))
+			member_apply(bell, &m);
+	}
+}
+
+void shunt_epoll_sock_chans(struct shunt_sock *s)
+{
+	struct shunt_list *pos;
+	uint64_t listener = s->listener;
+
+	if (!listener)
+		return;
+	pthread_mutex_lock(&shunt_notice_lock);
+	shunt_chan_dropped_bells(listener, let_go_bell, s);
+	shunt_list_for_each(pos, &s->watchers) {
+		struct shunt_reg *r = shunt_container_of(pos, struct shunt_reg, sock_node);
+		struct member_op m = { r, EPOLL_CTL_ADD };
+
+		/* The ones it has already: EEXIST. */
+		if (r->mode == SHUNT_REG_LISTENER && (r->events & EPOLLEXCLUSIVE))
+			shunt_chan_each_bell(listener, member_apply, &m);
 	}
 	pthread_mutex_unlock(&shunt_notice_lock);
 }

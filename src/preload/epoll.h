@@ -109,6 +109,14 @@ void shunt_epoll_sock_moved(struct shunt_sock *s);
  */
 void shunt_epoll_sock_bell(struct shunt_sock *s, bool attach);
 
+/*
+ * Listener @s's channels changed (one was mapped, or dropped): its
+ * EPOLLEXCLUSIVE registrations, which hold the channels' bells one by one,
+ * follow. Call it after the connection the new channel brought was taken,
+ * if any: a bell put in while it counts wakes every such instance.
+ */
+void shunt_epoll_sock_chans(struct shunt_sock *s);
+
 /* The socket is going away: drop every registration of it. */
 void shunt_epoll_sock_gone(struct shunt_sock *s);
 

@@ -152,10 +152,10 @@ static int set_build(struct poll_set *ps, struct pollfd *fds, nfds_t n)
 			continue;
 		}
 		/* A shunt listener is readable when either backlog holds a connection. */
-		if (s && shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->doorbell >= 0 &&
+		if (s && shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->bells >= 0 &&
 		    (fds[i].events & (POLLIN | POLLRDNORM))) {
 			e->didx = ps->nk;
-			ps->k[ps->nk++] = (struct pollfd){ s->doorbell, POLLIN, 0 };
+			ps->k[ps->nk++] = (struct pollfd){ s->bells, POLLIN, 0 };
 		}
 		if (f)
 			shunt_file_put(f);

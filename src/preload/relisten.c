@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
-/* Listeners across a shuntd restart: doorbells of a dead session drained, registrations renewed. */
+/* Listeners across a shuntd restart: registrations renewed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/kcmp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -41,24 +43,6 @@ void shunt_relisten_renew(void)
 	atomic_fetch_or(&pending, WORK_RENEW);
 }
 
-/* Empty a doorbell (non-blocking, a semaphore eventfd): nothing it counts can be accepted. */
-static void drain(int bell)
-{
-	uint64_t v;
-
-	while (shunt_syscall(SYS_read, bell, &v, sizeof(v)) == (long)sizeof(v))
-		;
-}
-
-/* Add @n to doorbell @bell: connections queued in our channels that it must count. */
-static void count(int bell, uint32_t n)
-{
-	uint64_t v = n;
-
-	if (n)
-		(void)!shunt_syscall(SYS_write, bell, &v, sizeof(v));
-}
-
 /* Whether descriptors @a and @b are the same open file: 1, 0, or -1 if we cannot tell. */
 static int same_file(int a, int b)
 {
@@ -68,12 +52,13 @@ static int same_file(int a, int b)
 }
 
 /*
- * Doorbells replaced by a renewal, kept open (and counting 1) until the next
- * one: a poll() asleep on the old descriptor number looks at that number
- * again when woken, and must find it there, ready (a kernel poll registers
- * its wait on the files it saw first, and never on a file put under the
- * same number since). Under retired_lock, taken only inside
- * shunt_relisten_run, so never held across a fork.
+ * Bells replaced by a renewal, kept open (and readable) until the next one:
+ * a poll() asleep on the old descriptor number looks at that number again
+ * when woken, and must find it there, ready (a kernel poll registers its
+ * wait on the files it saw first, and never on a file put under the same
+ * number since). With each, the eventfd that keeps it readable. Under
+ * retired_lock, taken only inside shunt_relisten_run, so never held across
+ * a fork.
  */
 static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
 static int *retired;
@@ -108,38 +93,74 @@ static void close_retired(void)
 }
 
 /*
- * Move @s onto doorbell @bell (hidden, taken over) of registration @id:
- * epoll instances from the old doorbell to the new one, and threads asleep
- * in accept() or poll() on the old one woken to look again (at the new
- * one). Under s->lock.
+ * Make bells @old readable for good, so that whoever sleeps on them wakes:
+ * an eventfd that counts 1, in the instance, retired with it.
  */
-static void swap_bell(struct shunt_sock *s, uint64_t id, int bell)
+static void ring_for_good(int old)
 {
-	/* Ids of two daemons never meet: the same id is the same registration. */
-	int same = id == s->listener ? 1 : same_file(bell, s->doorbell), old = s->doorbell;
+	struct epoll_event ev = { .events = EPOLLIN };
+	int efd = (int)shunt_syscall(SYS_eventfd2, 1, EFD_NONBLOCK | EFD_CLOEXEC);
+
+	if (efd >= 0)
+		efd = shunt_fd_hide(efd);
+	if (efd < 0)
+		return;	/* a sleeper stays asleep until a connection or a signal comes */
+	(void)!shunt_syscall(SYS_epoll_ctl, old, EPOLL_CTL_ADD, efd, &ev);
+	retire(efd);
+}
+
+/* Close what @got holds. */
+static void close_got(const struct shunt_listen_fds *got)
+{
+	const int fds[3] = { got->bells, got->doorbell, got->announce };
+
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			shunt_close_hidden(fds[i]);
+}
+
+/*
+ * Move @s onto the bells, doorbell and announce in @got (hidden, taken
+ * over; -1: none) of registration @id: epoll instances from the old ones
+ * to the new ones, and threads asleep in accept() or poll() on the old
+ * bells woken to look again (at the new ones). @same: whether they are the
+ * old ones (1, 0, or -1: cannot tell). Under s->lock.
+ */
+static void swap_bell(struct shunt_sock *s, uint64_t id, const struct shunt_listen_fds *got,
+		      int same)
+{
+	int old = s->bells, bell = got->bells;
 
 	if (same == 1) {
-		shunt_close_hidden(bell);
+		close_got(got);
 		s->listener = id;
 		return;
 	}
 	shunt_epoll_sock_bell(s, false);
 	/*
 	 * What clients queued in our channels before shuntd died is taken
-	 * under the new registration, counted on its doorbell.
+	 * under the new registration, still counted on the channels' bells.
 	 */
-	count(bell, shunt_chan_move_listener(s->listener, id));
-	s->doorbell = bell;
+	shunt_chan_move_listener(s->listener, id, bell);
+	s->bells = bell;
+	/* Only epoll instances held these, and they no longer do. */
+	if (s->doorbell >= 0)
+		shunt_close_hidden(s->doorbell);
+	if (s->announce >= 0)
+		shunt_close_hidden(s->announce);
+	s->doorbell = got->doorbell;
+	s->announce = got->announce;
+	s->announce_pid = shunt_pid;
 	s->listener = id;
 	shunt_epoll_sock_bell(s, true);
 	/*
-	 * A count nobody takes away any more (its daemon is gone, or dropped
-	 * that registration): it only wakes the sleepers. Not on what may be
-	 * the live doorbell of a registration we did not recognise, where an
-	 * extra count would never go away.
+	 * Readable for good, which only wakes the sleepers: nobody polls
+	 * them any more (their daemon is gone, or dropped that registration).
+	 * Not what may be the live bells of a registration we did not
+	 * recognise, which would stay readable.
 	 */
 	if (same == 0)
-		shunt_eventfd_signal(old);
+		ring_for_good(old);
 	retire(old);
 }
 
@@ -147,11 +168,12 @@ static void swap_bell(struct shunt_sock *s, uint64_t id, int bell)
 static void renew(struct shunt_sock *s, int fd)
 {
 	struct shunt_sock *now;
+	struct shunt_listen_fds got;
 	uint64_t id = 0;
-	int bell = -1, kfd, r;
+	int kfd, r;
 
 	pthread_mutex_lock(&s->lock);
-	if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || s->doorbell < 0)
+	if (shunt_sock_state(s) != SHUNT_SOCK_LISTENING || s->bells < 0)
 		goto out;
 	/* Our own descriptor of the socket: the application may close @fd meanwhile. */
 	kfd = (int)shunt_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, shunt_fdlimit_base());
@@ -162,10 +184,11 @@ static void renew(struct shunt_sock *s, int fd)
 	if (now)
 		shunt_sock_put(now);
 	if (r == 0)
-		r = shunt_ctl_listen(kfd, 0, &id, &bell);
+		r = shunt_ctl_listen(kfd, 0, &id, &got);
 	shunt_close_internal(kfd);
 	if (r == 0) {
-		swap_bell(s, id, bell);
+		/* Ids of two daemons never meet: the same id is the same registration. */
+		swap_bell(s, id, &got, id == s->listener ? 1 : same_file(got.bells, s->bells));
 		shunt_info("listener on fd %d registered again with shuntd", fd);
 	} else if (r != -ENOTCONN && r != -EBADF) {
 		char what[40];
@@ -178,22 +201,31 @@ out:
 }
 
 /*
- * Registered with a session that died: its doorbell counts circuits that
- * died with shuntd, and the connections clients queued in our channels,
- * which did not (shared memory we map): only those stay counted. A thread
- * of ours that takes one of them between the drain and the count can leave
- * the count one off: one short, a connection waits for the next one to be
- * accepted; one over, the accept() it wakes finds nothing and has it
- * counted again (shunt_ctl_accept). A single acceptor is exact.
+ * Registered with a session that died. Its bells hold, besides our
+ * channels' bells, those of channels shuntd never handed us (their
+ * connections are lost with it), which nobody can settle now: a count to
+ * spare there would keep the listener readable for good. Bells of our own
+ * instead, holding our channels' alone (the empty ones go: no client
+ * queues in them any more), and what they count beyond their queues taken.
  */
 static void lost(struct shunt_sock *s)
 {
+	int mine;
+
 	pthread_mutex_lock(&s->lock);
 	/* A registration made since, under this lock, would have opened a session. */
-	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->doorbell >= 0 &&
+	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->bells >= 0 &&
 	    !shunt_ctl_has_session()) {
-		drain(s->doorbell);
-		count(s->doorbell, shunt_chan_queued(s->listener));
+		mine = (int)shunt_syscall(SYS_epoll_create1, EPOLL_CLOEXEC);
+		if (mine >= 0)
+			mine = shunt_fd_hide(mine);
+		if (mine >= 0) {
+			struct shunt_listen_fds own = { mine, -1, -1 };
+
+			shunt_chan_settle(s->listener);
+			/* Our channels' bells are moved into it there. */
+			swap_bell(s, s->listener, &own, 0);
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
 }
@@ -222,7 +254,7 @@ void shunt_relisten_run(void)
 		for (i = 0; i < nseen && seen[i] != s; i++)
 			;
 		/* Listeners with a registration, each once (dup'ed descriptors share one). */
-		if (i < nseen || shunt_sock_state(s) != SHUNT_SOCK_LISTENING || s->doorbell < 0) {
+		if (i < nseen || shunt_sock_state(s) != SHUNT_SOCK_LISTENING || s->bells < 0) {
 			shunt_sock_put(s);
 			continue;
 		}
@@ -255,7 +287,7 @@ static bool once_a_second(_Atomic int64_t *next)
 	return now >= at && atomic_compare_exchange_strong(next, &at, now + 1000000000);
 }
 
-static _Atomic int64_t next_look, next_count;
+static _Atomic int64_t next_look;
 
 void shunt_relisten_poke(void)
 {
@@ -271,12 +303,5 @@ void shunt_relisten_poke(void)
 	 */
 	if (!shunt_ctl_has_session() || !shunt_ctl_alive())
 		shunt_ctl_session();
-	/*
-	 * Still none: count again what our channels hold (lost(), on the way
-	 * out, once a second). A client that queued as shuntd died may have
-	 * been counted off by the drain, and would wait for shuntd to come back.
-	 */
-	if (!shunt_ctl_has_session() && once_a_second(&next_count))
-		shunt_relisten_lost();
 	shunt_fork_leave();
 }

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Listeners across a shuntd restart. When the session dies (shuntd killed)
- * the registrations it held die with it: what shuntd had queued on them is
- * gone, and their doorbells must not stay readable. When a later session is
+ * the registrations it held die with it, and what shuntd had queued on them;
+ * what clients queued in our channels stays counted on the channels' own
+ * bells, which each listener then polls in an epoll instance of ours, and
+ * accept() still takes it. When a later session is
  * opened with a daemon that knows none of them (shuntd restarted), every
  * listener that was registered is registered again, so that shunt clients
  * reach it in shared memory once more. Listeners that never had a
@@ -23,8 +25,8 @@ void shunt_relisten_lost(void);
 void shunt_relisten_renew(void);
 
 /*
- * Do what was recorded: drain the doorbells of a dead session, or register
- * the listeners again. Called with the fork lock held shared and no other
+ * Do what was recorded: put the listeners of a dead session on bells of
+ * their own, or register them again. Called with the fork lock held shared and no other
  * library lock (shunt_fork_leave); a test of one atomic when there is nothing
  * to do.
  */

@@ -87,11 +87,17 @@ static bool let_go(struct shunt_sock *s)
 	bool done = false;
 
 	pthread_mutex_lock(&s->lock);
-	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->doorbell >= 0) {
+	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->bells >= 0) {
 		/* The doorbell leaves its epoll instances first, then the mode changes. */
 		shunt_epoll_sock_bell(s, false);
 		shunt_sock_drop_listener(s, false);
-		s->doorbell = -1;
+		s->bells = -1;
+		/* Nobody polls these but epoll, which let go of them above. */
+		if (s->doorbell >= 0)
+			shunt_close_hidden(s->doorbell);
+		if (s->announce >= 0)
+			shunt_close_hidden(s->announce);
+		s->doorbell = s->announce = -1;
 		shunt_epoll_sock_moved(s);
 		done = true;
 	}
@@ -103,18 +109,13 @@ static bool let_go(struct shunt_sock *s)
 static void take_back(struct shunt_sock *s, int fd)
 {
 	struct shunt_sock *now = shunt_fdt_get(fd);
-	uint64_t id;
-	int bell;
-
 	if (now)
 		shunt_sock_put(now);
 	if (now != s)
 		return;		/* closed meanwhile */
 	pthread_mutex_lock(&s->lock);
-	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->doorbell < 0 &&
-	    shunt_ctl_listen(fd, 0, &id, &bell) == 0) {
-		s->listener = id;
-		s->doorbell = bell;
+	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->bells < 0 &&
+	    shunt_sock_register(s, fd) == 0) {
 		shunt_epoll_sock_moved(s);
 	}
 	pthread_mutex_unlock(&s->lock);

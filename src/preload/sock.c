@@ -11,6 +11,7 @@
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
+#include "preload/fork.h"
 #include "preload/sock.h"
 #include "preload/util.h"
 
@@ -51,7 +52,8 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	atomic_store(&s->so_error, 0);
 	s->connect_report = SHUNT_CONNECT_NONE;
 	s->listener = 0;
-	s->doorbell = -1;
+	s->bells = s->doorbell = s->announce = -1;
+	s->announce_pid = 0;
 	s->conn = NULL;
 	s->retired = NULL;
 	s->inherit = 0;
@@ -87,11 +89,53 @@ void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown)
 	s->listener = 0;
 }
 
-void shunt_sock_close_doorbell(struct shunt_sock *s)
+int shunt_sock_register(struct shunt_sock *s, int fd)
 {
+	struct shunt_listen_fds got;
+	int r = shunt_ctl_listen(fd, 0, &s->listener, &got);
+
+	if (r < 0) {
+		s->listener = 0;
+		s->bells = s->doorbell = s->announce = -1;
+		return r;
+	}
+	s->bells = got.bells;
+	s->doorbell = got.doorbell;
+	s->announce = got.announce;
+	s->announce_pid = shunt_pid;
+	return 0;
+}
+
+void shunt_sock_own_announce(struct shunt_sock *s, int fd)
+{
+	struct shunt_listen_fds got;
+	uint64_t id;
+
+	if (s->announce_pid == shunt_pid)
+		return;
+	shunt_fork_enter();
+	pthread_mutex_lock(&s->lock);
+	if (shunt_sock_state(s) == SHUNT_SOCK_LISTENING && s->listener &&
+	    s->announce_pid != shunt_pid &&
+	    shunt_ctl_listen(fd, s->listener, &id, &got) == 0) {
+		if (s->announce >= 0)
+			shunt_close_hidden(s->announce);
+		s->announce = got.announce;
+		s->announce_pid = shunt_pid;
+	}
+	pthread_mutex_unlock(&s->lock);
+	shunt_fork_leave();
+}
+
+void shunt_sock_close_bells(struct shunt_sock *s)
+{
+	if (s->bells >= 0)
+		shunt_close_hidden(s->bells);
 	if (s->doorbell >= 0)
 		shunt_close_hidden(s->doorbell);
-	s->doorbell = -1;
+	if (s->announce >= 0)
+		shunt_close_hidden(s->announce);
+	s->bells = s->doorbell = s->announce = -1;
 }
 
 static void release(struct shunt_sock *s)
@@ -109,7 +153,7 @@ static void release(struct shunt_sock *s)
 		shunt_conn_free(c);
 	}
 	shunt_sock_drop_listener(s, false);
-	shunt_sock_close_doorbell(s);
+	shunt_sock_close_bells(s);
 }
 
 void shunt_sock_release(struct shunt_sock *s)

@@ -56,7 +56,21 @@ struct shunt_sock {
 	_Atomic int so_error;		/* pending error of a failed circuit connect */
 	int connect_report;		/* enum shunt_connect_report, under lock */
 	uint64_t listener;		/* id at shuntd, 0 if not registered; under lock */
-	int doorbell;			/* hidden eventfd counting queued circuits, or -1 */
+	/*
+	 * The listener's bells (hidden epoll instance, shuntd's): readable
+	 * while a circuit is counted queued, at shuntd or in a channel; or -1.
+	 */
+	int bells;
+	/*
+	 * shuntd's doorbell of the listener and our session's announce of
+	 * new channels (hidden eventfds), with the bells of the channels this
+	 * process has: what an EPOLLEXCLUSIVE registration, which the bells
+	 * cannot be in, holds instead; or -1. The announce is the session's
+	 * that @announce_pid had (a fork child asks for its own).
+	 */
+	int doorbell;
+	int announce;
+	uint32_t announce_pid;
 	/*
 	 * A listener's channel epoch (preload/directory.h) as it was when
 	 * shuntd last said it had no more channels for us. One left from an
@@ -97,12 +111,25 @@ void shunt_sock_retire_conn(struct shunt_sock *s, bool abort);
 
 /*
  * Let go of a listener at shuntd (@shutdown: it stops listening for every
- * process holding it, as shutdown() on a shared socket does). Its doorbell
- * stays open until the socket is released or listens anew: threads still
+ * process holding it, as shutdown() on a shared socket does). Its bells
+ * stay open until the socket is released or listens anew: threads still
  * blocked in accept() may be polling it. Under lock, or last reference.
  */
 void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown);
-void shunt_sock_close_doorbell(struct shunt_sock *s);
+void shunt_sock_close_bells(struct shunt_sock *s);
+
+/*
+ * Register listener @s (open as @fd, listening) with shuntd: its id, bells,
+ * doorbell and announce, or none of them (0, or -errno). Under lock.
+ */
+int shunt_sock_register(struct shunt_sock *s, int fd);
+
+/*
+ * Listener @s (open as @fd) is about to get an EPOLLEXCLUSIVE registration:
+ * make sure its announce is this process's session's (a fork child
+ * inherited its parent's), asking shuntd if not. No lock held.
+ */
+void shunt_sock_own_announce(struct shunt_sock *s, int fd);
 
 /*
  * A listener's setting shuntd follows changed (TCP_DEFER_ACCEPT): shuntd

@@ -121,8 +121,8 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 		int e;
 
 		/* A socket listening anew after a shutdown: a new registration. */
-		shunt_sock_close_doorbell(s);
-		e = shunt_ctl_listen(fd, 0, &s->listener, &s->doorbell);
+		shunt_sock_close_bells(s);
+		e = shunt_sock_register(s, fd);
 		if (e < 0) {
 			char what[40];
 
@@ -741,7 +741,7 @@ static int listener_addr(struct shunt_sock *s, int fd, struct shunt_wire_addr *o
 static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 				struct sockaddr *addr, socklen_t *alen, int flags)
 {
-	struct shunt_grant none = { .kernel_half = -1, .memfd = -1, .doorbell = -1 };
+	struct shunt_grant none = { .kernel_half = -1, .memfd = -1, .bell = -1 };
 	struct shunt_journal_entry je;
 	struct shunt_wire_addr laddr;
 	struct shunt_conn *conn;
@@ -749,7 +749,7 @@ static int accept_from_channels(struct shunt_sock *s, int fd, uint64_t listener,
 
 	if (!shunt_chan_pending(listener) || listener_addr(s, fd, &laddr) < 0)
 		return -EAGAIN;
-	r = shunt_chan_accept(listener, &laddr, s->doorbell, &conn, &je);
+	r = shunt_chan_accept(listener, &laddr, &conn, &je);
 	if (r < 0)
 		return r == -ENOMEM ? -ECONNABORTED : r;
 	return adopt_accepted(s, fd, conn, &none, &je, addr, alen, flags);
@@ -773,8 +773,8 @@ static int install_channel(struct shunt_sock *s, uint64_t listener, struct shunt
 	return r;
 }
 
-/* Whether listener doorbell @bell counts a connection not taken yet. */
-static bool doorbell_rings(int bell)
+/* Whether listener bells @bell count a connection not taken yet. */
+static bool bells_ring(int bell)
 {
 	struct pollfd p = { bell, POLLIN, 0 };
 	struct timespec zero = { 0, 0 };
@@ -795,11 +795,12 @@ static bool channels_changed(struct shunt_sock *s)
 }
 
 /*
- * Hand out a circuit queued on our listener as a new socket. The doorbell
- * counts what is queued, in our channels and at shuntd (docs/connect.md,
- * "The doorbell"): a doorbell still ringing with our channels empty means
- * shuntd may hold one, or the count is one to spare. A channel shuntd made
- * since we last asked is asked for whatever the doorbell says.
+ * Hand out a circuit queued on our listener as a new socket. The bells
+ * count what is queued, in each channel and at shuntd (docs/connect.md,
+ * "The doorbell"): bells still ringing with our channels empty mean shuntd
+ * may hold one or a channel we have not mapped, or a count is one to
+ * spare. A channel shuntd made since we last asked is asked for whatever
+ * the bells say.
  */
 static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *alen,
 			  int flags)
@@ -819,10 +820,10 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		if (channels_changed(s))
 			break;
 		/*
-		 * Another acceptor (a prefork sibling woken by the same doorbell)
+		 * Another acceptor (a prefork sibling woken by the same bells)
 		 * took what it counted: nothing is left for shuntd to hand out either.
 		 */
-		if (!doorbell_rings(s->doorbell))
+		if (!bells_ring(s->bells))
 			return -EAGAIN;
 		if (yielded)
 			break;
@@ -838,18 +839,36 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 	epoch = shunt_directory_chan_epoch(listener);
 	r = shunt_ctl_accept(fd, listener, &g);
 	while (r == SHUNT_USE_CHANNEL) {
-		/* A channel we did not have: its queue may hold what the doorbell counted. */
+		/* A channel we did not have: its queue may hold what its bell counted. */
 		if (install_channel(s, listener, &g) < 0)
 			return -EAGAIN;
 		/* As an EAGAIN would say (below), without asking once more to hear it. */
 		if (g.chan.flags & SHUNT_CHAN_LAST)
 			atomic_store_explicit(&s->chan_epoch, epoch, memory_order_relaxed);
 		r = accept_from_channels(s, fd, listener, addr, alen, flags);
+		/*
+		 * Its EPOLLEXCLUSIVE registrations hold the new bell from now on:
+		 * put in after the connection that brought it was taken, as a bell
+		 * that counts when put in wakes every such instance.
+		 */
+		shunt_epoll_sock_chans(s);
 		if (r != -EAGAIN)
 			return r;
 		r = shunt_ctl_accept(fd, listener, &g);
 	}
-	if (r == -ETIMEDOUT || r == -ENOTCONN)
+	if (r == -ENOTCONN) {
+		/*
+		 * No shuntd: what it queued went with it, and its doorbell left
+		 * our bells. What rings for nothing now is a channel's count to
+		 * spare, which nobody else will take.
+		 */
+		shunt_chan_settle(listener);
+		r = accept_from_channels(s, fd, listener, addr, alen, flags);
+		if (r != -EAGAIN)
+			return r;
+		return bells_ring(s->bells) ? -EALREADY : -EAGAIN;
+	}
+	if (r == -ETIMEDOUT)
 		return -EAGAIN;
 	if (r == -EAGAIN) {
 		/*
@@ -859,7 +878,7 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		 */
 		atomic_store_explicit(&s->chan_epoch, epoch, memory_order_relaxed);
 		/*
-		 * The doorbell rang, and nobody held anything for it: shuntd took
+		 * The bells rang, and nobody held anything for them: shuntd took
 		 * the counts to spare. Still ringing: a new connection's count
 		 * (its entry is there), or more than shuntd takes at once
 		 * (shunt_op_accept's @stale).
@@ -867,7 +886,7 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		r = accept_from_channels(s, fd, listener, addr, alen, flags);
 		if (r != -EAGAIN)
 			return r;
-		return doorbell_rings(s->doorbell) ? -EALREADY : -EAGAIN;
+		return bells_ring(s->bells) ? -EALREADY : -EAGAIN;
 	}
 	if (r == -ENOENT) {
 		/*
@@ -876,8 +895,12 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		 * kernel's accept queue is the only one.
 		 */
 		pthread_mutex_lock(&s->lock);
-		if (s->listener == listener)
+		if (s->listener == listener) {
+			/* Its epoll registrations let go of the bells of its channels first. */
+			shunt_epoll_sock_chans(s);
+			shunt_epoll_sock_bell(s, false);
 			s->listener = 0;
+		}
 		pthread_mutex_unlock(&s->lock);
 		shunt_chan_forget_listener(listener);
 		return -EAGAIN;
@@ -962,8 +985,8 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 	bool lost = false;	/* the last look went by our channels alone, and found nothing */
 	bool blocking = false;	/* the listener was found without O_NONBLOCK */
 	/*
-	 * The doorbell rings for nothing: counts no entry backs (a client
-	 * spoilt its entries, or rang it). It cannot be slept on then, and
+	 * The bells ring for nothing: counts no entry backs (a client rang
+	 * its bell). It cannot be slept on then, and
 	 * asking shuntd again at once would spin: the next wait leaves it
 	 * out for STALE_WAIT_NS, and looks at our channels after.
 	 */
@@ -985,10 +1008,10 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 		skipped = false;
 		if (!polled) {
 			p[0] = (struct pollfd){ kfd, POLLIN, 0 };
-			p[1] = (struct pollfd){ s->doorbell, POLLIN, 0 };
+			p[1] = (struct pollfd){ s->bells, POLLIN, 0 };
 			/*
 			 * A connection queued in our channels is (or is about to
-			 * be) counted on the doorbell: shared memory says what
+			 * be) counted on its bell: shared memory says what
 			 * the poll would.
 			 */
 			if (!lost && (shunt_chan_pending(s->listener) || channels_changed(s))) {
@@ -1106,7 +1129,7 @@ static void forget_listener(struct shunt_sock *s)
 {
 	shunt_fork_enter();
 	pthread_mutex_lock(&s->lock);
-	/* Registrations move while the doorbell they name is still open. */
+	/* Registrations move while the bells they name are still open. */
 	atomic_store_explicit(&s->state, SHUNT_SOCK_FRESH, memory_order_release);
 	shunt_epoll_sock_moved(s);
 	shunt_sock_drop_listener(s, true);
@@ -1290,11 +1313,8 @@ void shunt_op_adopt_listener(int fd)
 		atomic_store(&s->reuseaddr, reuse == 1);
 	atomic_store_explicit(&s->state, SHUNT_SOCK_LISTENING, memory_order_release);
 	shunt_fork_enter();
-	if (shunt_ctl_listen(fd, 0, &s->listener, &s->doorbell) < 0) {
-		/* Not registered: a listener still, accepting what the kernel queues. */
-		s->listener = 0;
-		s->doorbell = -1;
-	}
+	/* Not registered: a listener still, accepting what the kernel queues. */
+	shunt_sock_register(s, fd);
 	shunt_fdt_set(fd, &s->f);
 	shunt_fork_leave();
 	shunt_sock_put(s);

@@ -29,7 +29,7 @@
  *   stall         send 1000 bytes (the t_ink stream), never read, wait to be killed
  *   exit-mid      start a 4 MiB send of the stream, SIGKILL itself 100 ms later
  *   chan-*        spoil the channel of our connection instead (hostile_chan.c)
- *   journal, kick-block, self-doorbell
+ *   journal, kick-block, self-bell
  *                 lie to shuntd instead (hostile_journal.c; IDs: the victim's circuits)
  *
  * stdout: JSON lines ({"event": ...}); exit 2 on a setup failure.
@@ -594,7 +594,7 @@ int main(int argc, char **argv)
 	mode = argv[3];
 	victim_pid = atoi(argv[4]);
 	ms = atoll(argv[5]);
-	if (!strcmp(mode, "self-doorbell") || !strcmp(mode, "kick-block")) {
+	if (!strcmp(mode, "self-bell") || !strcmp(mode, "kick-block")) {
 		uint64_t none;
 
 		hostile_journal_run(-1, 0, mode, victim_pid, ms, &none, 0);

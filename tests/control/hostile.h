@@ -75,7 +75,7 @@ int hostile_chan_forge(struct hostile_chan *c, uint32_t *gen);
 _Noreturn void hostile_chan_run(int fd, int port, const char *mode, int64_t ms);
 
 /*
- * The journal modes (journal, kick-block, self-doorbell): @fd as above, or
+ * The journal modes (journal, kick-block, self-bell): @fd as above, or
  * -1; @victim_pid the victim's (shuntd's for kick-block); @ids circuit ids
  * of the victim's (from `shunt status`) to name. Never returns.
  */

@@ -22,19 +22,20 @@
  *                   victim takes entries (which it does by a
  *                   compare-and-swap of head), so that what it takes is
  *                   taken again, or its swaps fail
- *   chan-doorbell   the doorbell (every eventfd we hold) rung without
- *                   queueing anything; last, left at 2^40 counts
- *   chan-drain      the doorbell's counts read off as they come
+ *   chan-doorbell   our channel's bell (every eventfd we hold) rung
+ *                   without queueing anything; last, left at 2^40 counts
+ *   chan-drain      our bell's counts read off as they come (until stop
+ *                   24 every client held the listener's one doorbell)
  *   chan-uncounted  valid entries queued, oldest of all, never counted
- *   chan-block      the doorbell made blocking (its file's O_NONBLOCK,
- *                   shared by every holder), spoilt entries queued; last,
+ *   chan-block      our bell made blocking (its file's O_NONBLOCK, shared
+ *                   by every holder), spoilt entries queued; last,
  *                   two spoilt entries with one count
  *
  * After MS ms the lies go on until we are killed; a line on stdin asks for
  * the last lie of the mode (told when no honest client runs).
  *
- * Every entry that the library would count is counted (one doorbell
- * count each) but in chan-uncounted, so that each mode tests what it
+ * Every entry that the library would count is counted (one count on our
+ * bell each) but in chan-uncounted, so that each mode tests what it
  * names. Every byte put in a slot's ring is ink (t_ink.h).
  */
 #include <errno.h>
@@ -70,7 +71,7 @@ static void ring_bells(struct hostile_chan *c, uint64_t n)
 		(void)!write(c->bells[i], &n, sizeof(n));
 }
 
-/* Take counts off the doorbell without ever waiting (its O_NONBLOCK may be ours to clear). */
+/* Take counts off our bell without ever waiting (its O_NONBLOCK may be ours to clear). */
 static void drain_bells(struct hostile_chan *c, int max)
 {
 	for (int i = 0; i < c->nbells; i++)
@@ -147,7 +148,7 @@ struct hostile_chan hostile_chan_map(int port)
 	c.nbells = hostile_eventfds(c.bells, 8, true);
 	c.nefds = hostile_eventfds(c.efds, 16, false);
 	if (!c.nbells)
-		die("no doorbell among our descriptors");
+		die("no bell among our descriptors");
 	event("{\"event\": \"mapped\", \"slots\": %u, \"slot\": %u, \"doorbells\": %d, "
 	      "\"eventfds\": %d}", c.slots, c.mine, c.nbells, c.nefds);
 	return c;
@@ -168,7 +169,7 @@ static bool room(struct hostile_chan *c, uint32_t k)
 	return tail - head + k <= c->slots;
 }
 
-/* Queue @e at our tail, counted on the doorbell unless @uncounted. */
+/* Queue @e at our tail, counted on our bell unless @uncounted. */
 static void push(struct hostile_chan *c, struct shunt_chan_entry e, bool uncounted)
 {
 	uint64_t tail = atomic_load(&c->hdr->tail);
@@ -478,7 +479,7 @@ static void round_doorbell(struct hostile_chan *c)
 	}
 }
 
-/* The doorbell's file made blocking: every holder's read and write with it. */
+/* Our bell's file made blocking: every holder's read and write with it. */
 static void make_blocking(struct hostile_chan *c)
 {
 	for (int i = 0; i < c->nbells; i++) {
@@ -492,7 +493,7 @@ static void make_blocking(struct hostile_chan *c)
 static void round_block(struct hostile_chan *c)
 {
 	make_blocking(c);
-	/* Counted, spoilt: the victim reads the doorbell once per entry, blocking now. */
+	/* Counted, spoilt: the victim reads our bell once per entry, blocking now. */
 	push_entries(c, 1 + rnd32() % 3, rnd32() % 2 ? E_SLOT_RANGE : E_GEN, false);
 }
 
@@ -553,7 +554,7 @@ static void last_lie(struct hostile_chan *c, const char *mode)
 	} else if (!strcmp(mode, "chan-block")) {
 		/*
 		 * Two spoilt entries, one count: the victim takes the count and
-		 * the first, and reads the doorbell again for the second, which
+		 * the first, and reads our bell again for the second, which
 		 * has none; O_NONBLOCK cleared, that read waits.
 		 */
 		make_blocking(c);

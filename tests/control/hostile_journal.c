@@ -16,13 +16,17 @@
  *                  is shared with shuntd) and rung and emptied again and
  *                  again, so that shuntd, woken, reads an empty eventfd;
  *                  VICTIM_PID is shuntd's, whose wchan tells when it worked
- *   self-doorbell  a listener of our own (SO_REUSEPORT: shuntd queues its
- *                  connections itself), its doorbell filled to the top and
- *                  made blocking, then connected to: shuntd counts that
- *                  connection on the doorbell
+ *   self-bell      a listener of our own and a connection to it, so that
+ *                  we hold its channel's bell; the bell filled to the top,
+ *                  made blocking and kept full by a thread blocked in
+ *                  write(); then accept() with nothing queued, again and
+ *                  again, so that shuntd settles the bell (it takes counts
+ *                  off, and the writer fills it again at once)
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,26 +417,58 @@ static _Noreturn void run_kick_block(pid_t shuntd, int64_t ms)
 		pause();
 }
 
-static _Noreturn void run_self_doorbell(void)
+/* Keep bell @arg full: each count taken off is put back at once (a blocking write). */
+static void *refill(void *arg)
+{
+	int bell = (int)(intptr_t)arg;
+	uint64_t one = 1;
+
+	for (;;)
+		if (write(bell, &one, sizeof(one)) < 0 && errno != EINTR)
+			return NULL;
+}
+
+static _Noreturn void run_self_bell(int64_t ms)
 {
 	struct sockaddr_in a;
-	int lfd = listen_here(true, &a), bells[8], n, fd;
-	uint64_t top = UINT64_MAX - 1;
+	int lfd = listen_here(false, &a), bells[8], n, fd, afd;
+	unsigned long asks = 0;
+	int64_t start;
+	pthread_t t;
 
-	n = hostile_eventfds(bells, 8, true);
-	if (!n)
-		die("no doorbell for our listener: not under shunt run?");
-	for (int i = 0; i < n; i++) {
-		(void)!write(bells[i], &top, sizeof(top));
-		make_blocking(bells[i]);
-	}
-	event("{\"event\": \"filled\", \"port\": %d, \"doorbells\": %d}", ntohs(a.sin_port), n);
-	/* shuntd queues it and counts it: a write that cannot complete. */
+	/* A connection to ourselves: a channel, whose bell we hold as its client. */
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-		event("{\"event\": \"connect\", \"errno\": %d}", errno);
-	event("{\"event\": \"done\"}");
-	(void)lfd;
+		die("connect to ourselves");
+	n = hostile_eventfds(bells, 8, true);
+	if (!n)
+		die("no channel bell among our eventfds: not under shunt run?");
+	for (int i = 0; i < n; i++) {
+		uint64_t v;
+
+		/* To the top whatever it counts now (a write past it would wait). */
+		while (read(bells[i], &v, sizeof(v)) == sizeof(v))
+			;
+		v = UINT64_MAX - 1;
+		(void)!write(bells[i], &v, sizeof(v));
+		make_blocking(bells[i]);
+		if (pthread_create(&t, NULL, refill, (void *)(intptr_t)bells[i]))
+			die("pthread_create");
+	}
+	event("{\"event\": \"filled\", \"port\": %d, \"bells\": %d}", ntohs(a.sin_port), n);
+	afd = accept(lfd, NULL, NULL);
+	if (fcntl(lfd, F_SETFL, O_NONBLOCK) < 0)
+		die("O_NONBLOCK");
+	/* Nothing queued now: each accept() finds the bell ringing and asks shuntd. */
+	for (start = now_ms(); now_ms() - start < ms; asks++) {
+		int r = accept(lfd, NULL, NULL);
+
+		if (r >= 0)
+			close(r);
+		nap_us(500);
+	}
+	event("{\"event\": \"done\", \"accepted\": %s, \"rounds\": %lu}",
+	      afd >= 0 ? "true" : "false", asks);
 	for (;;)
 		pause();
 }
@@ -445,7 +481,7 @@ _Noreturn void hostile_journal_run(int fd, int port, const char *mode, pid_t vic
 		run_journal(port, victim_pid, ms, ids, nids);
 	if (!strcmp(mode, "kick-block"))
 		run_kick_block(victim_pid, ms);
-	if (!strcmp(mode, "self-doorbell"))
-		run_self_doorbell();
+	if (!strcmp(mode, "self-bell"))
+		run_self_bell(ms);
 	die("unknown mode");
 }

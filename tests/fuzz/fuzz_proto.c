@@ -373,9 +373,9 @@ static bool fds_ok(const void *buf, unsigned nfds)
 
 	if (!(h->type & SHUNT_MSG_REPLY))
 		return nfds == 0;		/* status records */
-	/* A channel: its memfd, for a CONNECT the listener's doorbell, and maybe a link. */
+	/* A channel: its memfd and its bell, and maybe a link. */
 	if (h->status == SHUNT_USE_CHANNEL && (t == SHUNT_MSG_CONNECT || t == SHUNT_MSG_ACCEPT))
-		return nfds == (t == SHUNT_MSG_CONNECT ? 2u : 1u) +
+		return nfds == 2u +
 			       (((const struct shunt_msg_chan *)buf)->flags & SHUNT_CHAN_LINK ? 3u : 0u);
 	if (h->status != SHUNT_OK)
 		return nfds == 0;
@@ -384,7 +384,8 @@ static bool fds_ok(const void *buf, unsigned nfds)
 		/* the link, and the journal when one was made, and with it the directory */
 		return nfds == 2 || nfds == 4 || nfds == 5;
 	case SHUNT_MSG_LISTEN:
-		return nfds <= 1;
+		/* its hold's announce; a new registration's bells and doorbell before it */
+		return nfds == 1 || nfds == 3;
 	case SHUNT_MSG_CONNECT:
 	case SHUNT_MSG_ACCEPT:
 		return nfds == 1 + !!(((const struct shunt_msg_circuit *)buf)->flags &
