@@ -841,7 +841,7 @@ void shunt_chan_each_bell(uint64_t listener, void (*fn)(int bell, void *arg), vo
 void shunt_chan_settle(uint64_t listener)
 {
 	struct shunt_chan *ch;
-	uint64_t head, v = 1;
+	uint64_t head;
 
 	pthread_mutex_lock(&list_lock);
 	for (ch = acceptors; ch; ch = ch->next) {
@@ -854,7 +854,7 @@ void shunt_chan_settle(uint64_t listener)
 		/* Read after the counts: the entry of any count taken is there. */
 		owed = queued(ch, &head);
 		for (uint32_t i = 0; i < taken && i < owed; i++)
-			(void)!shunt_syscall(SYS_write, ch->bell, &v, sizeof(v));
+			shunt_eventfd_signal(ch->bell);
 	}
 	pthread_mutex_unlock(&list_lock);
 }

@@ -600,14 +600,10 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_
 	}
 	out->bells = out->doorbell = out->announce = -1;
 	r = 0;
-	for (unsigned i = 0; i < want; i++) {
-		/* Hidden, or closed: after one fails the rest are closed too. */
-		*got[i] = r == 0 ? shunt_fd_hide(a.fds[i]) : -1;
-		if (r == 0 && *got[i] < 0)
+	/* Each hidden, or closed (shunt_fd_hide); all of them closed if one fails. */
+	for (unsigned i = 0; i < want; i++)
+		if ((*got[i] = shunt_fd_hide(a.fds[i])) < 0)
 			r = -EMFILE;
-		else if (r < 0)
-			shunt_close_internal(a.fds[i]);
-	}
 	if (r == 0)
 		return 0;
 	for (unsigned i = 0; i < want; i++)

@@ -144,10 +144,7 @@ static void swap_bell(struct shunt_sock *s, uint64_t id, const struct shunt_list
 	shunt_chan_move_listener(s->listener, id, bell);
 	s->bells = bell;
 	/* Only epoll instances held these, and they no longer do. */
-	if (s->doorbell >= 0)
-		shunt_close_hidden(s->doorbell);
-	if (s->announce >= 0)
-		shunt_close_hidden(s->announce);
+	shunt_sock_close_doorbells(s);
 	s->doorbell = got->doorbell;
 	s->announce = got->announce;
 	s->announce_pid = shunt_pid;

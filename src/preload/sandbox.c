@@ -93,11 +93,7 @@ static bool let_go(struct shunt_sock *s)
 		shunt_sock_drop_listener(s, false);
 		s->bells = -1;
 		/* Nobody polls these but epoll, which let go of them above. */
-		if (s->doorbell >= 0)
-			shunt_close_hidden(s->doorbell);
-		if (s->announce >= 0)
-			shunt_close_hidden(s->announce);
-		s->doorbell = s->announce = -1;
+		shunt_sock_close_doorbells(s);
 		shunt_epoll_sock_moved(s);
 		done = true;
 	}

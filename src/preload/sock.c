@@ -127,15 +127,21 @@ void shunt_sock_own_announce(struct shunt_sock *s, int fd)
 	shunt_fork_leave();
 }
 
-void shunt_sock_close_bells(struct shunt_sock *s)
+void shunt_sock_close_doorbells(struct shunt_sock *s)
 {
-	if (s->bells >= 0)
-		shunt_close_hidden(s->bells);
 	if (s->doorbell >= 0)
 		shunt_close_hidden(s->doorbell);
 	if (s->announce >= 0)
 		shunt_close_hidden(s->announce);
-	s->bells = s->doorbell = s->announce = -1;
+	s->doorbell = s->announce = -1;
+}
+
+void shunt_sock_close_bells(struct shunt_sock *s)
+{
+	if (s->bells >= 0)
+		shunt_close_hidden(s->bells);
+	s->bells = -1;
+	shunt_sock_close_doorbells(s);
 }
 
 static void release(struct shunt_sock *s)

@@ -117,6 +117,12 @@ void shunt_sock_retire_conn(struct shunt_sock *s, bool abort);
  */
 void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown);
 void shunt_sock_close_bells(struct shunt_sock *s);
+/*
+ * Close the doorbell and announce alone, which only epoll registrations
+ * poll (let go of them first): the bells stay for sleepers in accept() or
+ * poll(). Under lock.
+ */
+void shunt_sock_close_doorbells(struct shunt_sock *s);
 
 /*
  * Register listener @s (open as @fd, listening) with shuntd: its id, bells,

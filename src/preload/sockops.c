@@ -856,6 +856,8 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 			return r;
 		r = shunt_ctl_accept(fd, listener, &g);
 	}
+	if (r == -ETIMEDOUT)
+		return -EAGAIN;
 	if (r == -ENOTCONN) {
 		/*
 		 * No shuntd: what it queued went with it, and its doorbell left
@@ -863,24 +865,19 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 		 * spare, which nobody else will take.
 		 */
 		shunt_chan_settle(listener);
-		r = accept_from_channels(s, fd, listener, addr, alen, flags);
-		if (r != -EAGAIN)
-			return r;
-		return bells_ring(s->bells) ? -EALREADY : -EAGAIN;
-	}
-	if (r == -ETIMEDOUT)
-		return -EAGAIN;
-	if (r == -EAGAIN) {
+	} else if (r == -EAGAIN) {
 		/*
 		 * shuntd says EAGAIN only with no channel left to give us (with
 		 * a circuit of its own queued it hands that out first): every
 		 * channel made by the time we read the epoch is ours.
 		 */
 		atomic_store_explicit(&s->chan_epoch, epoch, memory_order_relaxed);
+	}
+	if (r == -ENOTCONN || r == -EAGAIN) {
 		/*
-		 * The bells rang, and nobody held anything for them: shuntd took
-		 * the counts to spare. Still ringing: a new connection's count
-		 * (its entry is there), or more than shuntd takes at once
+		 * The bells rang, and nobody held anything for them: the counts
+		 * to spare were taken. Still ringing: a new connection's count
+		 * (its entry is there), or more than a settling takes at once
 		 * (shunt_op_accept's @stale).
 		 */
 		r = accept_from_channels(s, fd, listener, addr, alen, flags);
