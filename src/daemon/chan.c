@@ -510,8 +510,23 @@ void shuntd_chan_tick(struct shuntd *d)
 			break;
 		shunt_list_del(&c->adopt_node);
 		c->adopt_at = 0;
-		/* The journals of its ends' processes say where their sockets are now. */
-		if (!c->end[0].done && !c->end[1].done)
+		/*
+		 * The journals of its ends' processes say where their sockets
+		 * are now, and whether they let go of them: a socket let go of
+		 * may be kept for another connection (preload/spare.c).
+		 */
+		uint64_t id = c->id;
+
+		for (unsigned e = 0; e < 2 && c && !c->end[0].done && !c->end[1].done; e++) {
+			struct session *h = shuntd_circuit_holder(c, e);
+
+			if (h) {
+				shuntd_journal_read(d, h);
+				/* What it read may have ended the circuit. */
+				c = shunt_map_get(&d->circuits, id);
+			}
+		}
+		if (c && !c->end[0].done && !c->end[1].done)
 			shuntd_companion_adopt(c, -1);
 	}
 }
