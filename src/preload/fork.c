@@ -20,6 +20,7 @@
 #include "preload/plink.h"
 #include "preload/relisten.h"
 #include "preload/sock.h"
+#include "preload/spare.h"
 #include "preload/trim.h"
 #include "preload/util.h"
 
@@ -60,6 +61,7 @@ void shunt_fork_prepare(void)
 	shunt_ctl_fork_prepare();
 	shunt_plink_fork_prepare();
 	shunt_sock_fork_prepare();
+	shunt_spare_fork_prepare();
 	shunt_epoll_fork_prepare();
 	shunt_trim_fork_prepare();
 	shunt_chan_fork_prepare();
@@ -72,6 +74,7 @@ void shunt_fork_parent(void)
 	shunt_chan_fork_parent();
 	shunt_trim_fork_parent();
 	shunt_epoll_fork_parent();
+	shunt_spare_fork_parent();
 	shunt_sock_fork_parent();
 	shunt_plink_fork_parent();
 	shunt_ctl_fork_parent();
@@ -90,6 +93,7 @@ void shunt_fork_child(void)
 	shunt_journal_fork_child();
 	shunt_chan_fork_child();
 	shunt_epoll_fork_child();
+	shunt_spare_fork_child();
 	shunt_sock_fork_child();
 	shunt_ctl_after_fork();
 	shunt_notice_after_fork();

@@ -19,6 +19,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shunt_journal_hdr *journal;	/* under lock */
 static int kick_fd = -1;			/* under lock: hidden */
+static uint64_t epoch;				/* under lock: journals installed so far */
 
 static void drop_locked(void)
 {
@@ -48,6 +49,7 @@ int shunt_journal_install(int memfd, int kick)
 		r = -EPROTO;
 		goto out;
 	}
+	epoch++;
 	kick_fd = shunt_fd_hide(kick);
 	kick = -1;
 	if (kick_fd < 0) {
@@ -112,6 +114,27 @@ int shunt_journal_add(const struct shunt_journal_entry *e)
 	    atomic_compare_exchange_strong(&journal->kick, &asleep, SHUNT_JOURNAL_AWAKE))
 		shunt_eventfd_signal(kick_fd);
 out:
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+bool shunt_journal_mark(struct shunt_journal_mark *m)
+{
+	pthread_mutex_lock(&lock);
+	m->epoch = epoch;
+	m->tail = journal ? atomic_load_explicit(&journal->tail, memory_order_relaxed) : 0;
+	pthread_mutex_unlock(&lock);
+	return m->epoch && journal;
+}
+
+bool shunt_journal_read_past(const struct shunt_journal_mark *m)
+{
+	bool r;
+
+	pthread_mutex_lock(&lock);
+	/* A new journal is a new shuntd, which never knew what the old one read. */
+	r = journal && m->epoch == epoch &&
+	    atomic_load_explicit(&journal->head, memory_order_acquire) >= m->tail;
 	pthread_mutex_unlock(&lock);
 	return r;
 }

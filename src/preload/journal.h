@@ -42,6 +42,21 @@ int shunt_journal_add(const struct shunt_journal_entry *e);
 bool shunt_journal_claim_offer(uint32_t seq);
 bool shunt_journal_claim_withdraw(uint32_t seq);
 
+/* Where the journal stands: what shunt_journal_read_past compares with. */
+struct shunt_journal_mark {
+	uint64_t epoch;		/* which journal of this process */
+	uint64_t tail;		/* entries written to it by then */
+};
+
+/* Mark where the journal stands now into @m: false without a journal. */
+bool shunt_journal_mark(struct shunt_journal_mark *m);
+
+/*
+ * Whether shuntd has read every entry written before mark @m, in the same
+ * journal (false for one a restart replaced).
+ */
+bool shunt_journal_read_past(const struct shunt_journal_mark *m);
+
 /* Around fork: no thread is half-way through an append. */
 void shunt_journal_fork_prepare(void);
 void shunt_journal_fork_parent(void);

@@ -94,6 +94,13 @@ int shunt_op_fcntl(struct shunt_sock *s, int fd, int cmd, void *arg);
 int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg);
 /* Copy onto accepted socket @to (fd @nfd) the options listener @from (fd @lfd) had set. */
 void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to, int nfd);
+/*
+ * Put the options of mask @set (bits as s->inherit has them) of kernel
+ * socket @fd back as a fresh socket of @domain has them: 0, or -1 if one
+ * cannot be (a buffer size locks the kernel's autotuning for good, SO_MARK
+ * needs a privilege, and the like), and the socket is no spare.
+ */
+int shunt_opts_reset(int domain, int fd, uint32_t set);
 
 /*
  * poll.c: readiness across shunt sockets and kernel descriptors.

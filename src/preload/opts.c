@@ -16,6 +16,7 @@
 #include <netinet/tcp.h>
 #include <sys/ioctl.h>
 
+#include "common/once.h"
 #include "preload/conn.h"
 #include "preload/epoll.h"
 #include "preload/fault.h"
@@ -292,6 +293,92 @@ static const struct {
 	{ IPPROTO_IPV6, IPV6_TCLASS }, { IPPROTO_IPV6, IPV6_UNICAST_HOPS },
 };
 
+/*
+ * What a fresh socket of each family has for the options above, for
+ * shunt_opts_reset; read once from a socket made for the purpose. @ok:
+ * the value can be set back (not the buffer sizes, which lock the
+ * kernel's autotuning once set, SO_MARK, which needs a privilege, or the
+ * congestion control, a name).
+ */
+#define N_INHERITED (sizeof(inherited) / sizeof(inherited[0]))
+static struct fresh_opts {
+	struct shunt_once once;
+	int domain;
+	struct {
+		bool ok;
+		socklen_t len;
+		char val[16];
+	} v[N_INHERITED];
+} fresh[2] = { { SHUNT_ONCE_INIT, AF_INET, { { 0 } } },
+	       { SHUNT_ONCE_INIT, AF_INET6, { { 0 } } } };
+
+static bool settable_back(int level, int name)
+{
+	if (level == SOL_SOCKET)
+		return name != SO_RCVBUF && name != SO_SNDBUF && name != SO_MARK;
+	return !(level == IPPROTO_TCP && name == TCP_CONGESTION);
+}
+
+static void read_fresh(struct fresh_opts *f)
+{
+	int fd = shunt_libc.socket(f->domain, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+
+	if (fd < 0)
+		return;
+	for (unsigned i = 0; i < N_INHERITED; i++) {
+		int level = inherited[i].level, name = inherited[i].name;
+
+		f->v[i].len = sizeof(f->v[i].val);
+		if (!settable_back(level, name) ||
+		    shunt_libc.getsockopt(fd, level, name, f->v[i].val, &f->v[i].len) < 0)
+			continue;
+		/* -1 is "the system's default" for these, which a read does not say. */
+		if ((level == IPPROTO_IP && name == IP_TTL) ||
+		    (level == IPPROTO_IPV6 && name == IPV6_UNICAST_HOPS)) {
+			int dflt = -1;
+
+			memcpy(f->v[i].val, &dflt, sizeof(dflt));
+			f->v[i].len = sizeof(dflt);
+		}
+		f->v[i].ok = true;
+	}
+	shunt_libc.close(fd);
+}
+
+static void read_fresh4(void)
+{
+	read_fresh(&fresh[0]);
+}
+
+static void read_fresh6(void)
+{
+	read_fresh(&fresh[1]);
+}
+
+int shunt_opts_reset(int domain, int fd, uint32_t set)
+{
+	struct fresh_opts *f = &fresh[domain == AF_INET6];
+
+	if (!set)
+		return 0;
+	shunt_once(&f->once, domain == AF_INET6 ? read_fresh6 : read_fresh4);
+	for (unsigned i = 0; i < N_INHERITED; i++) {
+		if (!(set & (1u << i)))
+			continue;
+		/* Turning lingering off leaves its time as it was: set it to 0 first. */
+		if (inherited[i].level == SOL_SOCKET && inherited[i].name == SO_LINGER) {
+			struct linger zero = { 1, 0 };
+
+			if (shunt_libc.setsockopt(fd, SOL_SOCKET, SO_LINGER, &zero, sizeof(zero)) < 0)
+				return -1;
+		}
+		if (!f->v[i].ok || shunt_libc.setsockopt(fd, inherited[i].level, inherited[i].name,
+							  f->v[i].val, f->v[i].len) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static int inherited_index(int level, int name)
 {
 	if (level == SOL_SOCKET && name == SO_RCVTIMEO_NEW)
@@ -340,6 +427,8 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	i = inherited_index(level, name);
 	if (i >= 0)
 		atomic_fetch_or(&s->inherit, 1u << i);
+	else
+		atomic_store_explicit(&s->spare, false, memory_order_relaxed);	/* spare.h */
 	/* shuntd defers circuits as the kernel defers connections: it reads the value anew. */
 	if (level == IPPROTO_TCP && name == TCP_DEFER_ACCEPT)
 		shunt_sock_listener_refresh(s, fd);
@@ -449,10 +538,21 @@ int shunt_op_fcntl(struct shunt_sock *s, int fd, int cmd, void *arg)
 	switch (cmd) {
 	case F_SETFL:
 		set_nonblock(s, ((long)arg & O_NONBLOCK) != 0);
+		/* Flags besides O_NONBLOCK: nothing spare.c puts back. */
+		if ((long)arg & (O_APPEND | O_ASYNC | O_DIRECT | O_NOATIME))
+			atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 		break;
 	case F_DUPFD:
 	case F_DUPFD_CLOEXEC:
 		shunt_op_dup(fd, r);
+		break;
+	case F_GETFL:
+	case F_GETFD:
+	case F_SETFD:
+		break;
+	default:
+		/* An owner, a signal: nothing spare.c puts back. */
+		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 		break;
 	}
 	return r;
@@ -484,6 +584,9 @@ int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg)
 		return shunt_put_user(arg, &v, sizeof(v));
 	}
 kernel:
+	/* What it changed in the kernel half, spare.c would not put back; FIONBIO it does. */
+	if (req != FIONBIO)
+		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 	if (shunt_libc.ioctl(fd, req, arg) < 0)
 		return -errno;
 	if (req == FIONBIO && !shunt_get_user(&v, arg, sizeof(v)))

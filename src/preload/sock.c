@@ -13,6 +13,7 @@
 #include "preload/epoll.h"
 #include "preload/fork.h"
 #include "preload/sock.h"
+#include "preload/spare.h"
 #include "preload/util.h"
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -60,6 +61,8 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	atomic_store(&s->reuseaddr, false);
 	s->laddr_known = false;
 	atomic_store(&s->unbound, false);
+	atomic_store(&s->spare, false);
+	s->spare_fd = -1;
 	shunt_list_init(&s->watchers);
 	s->f.kind = SHUNT_FILE_SOCK;
 	atomic_store_explicit(&s->f.ident, 0, memory_order_relaxed);
@@ -152,6 +155,8 @@ static void release(struct shunt_sock *s)
 		shunt_conn_close(s->conn, shunt_sock_opt_linger_abort(s));
 		s->conn = NULL;
 	}
+	/* After the end is let go of: the journal says so before the half is a spare. */
+	shunt_spare_put(s);
 	while (s->retired) {
 		struct shunt_conn *c = s->retired;
 
@@ -178,9 +183,11 @@ void shunt_sock_fork_prepare(void)
 
 void shunt_sock_fork_parent(void)
 {
-	/* Two processes hold every socket now: either may bind it. */
-	for (struct shunt_sock *s = all; s; s = s->all_next)
+	/* Two processes hold every socket now: either may bind it, or see it used again. */
+	for (struct shunt_sock *s = all; s; s = s->all_next) {
 		atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
+		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
+	}
 	pthread_mutex_unlock(&pool_lock);
 }
 
@@ -191,5 +198,10 @@ void shunt_sock_fork_child(void)
 	for (struct shunt_sock *s = all; s; s = s->all_next) {
 		pthread_mutex_init(&s->lock, NULL);
 		atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
+		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
+		/* A half kept in the parent is the parent's to hand out. */
+		if (s->spare_fd >= 0)
+			shunt_close_hidden(s->spare_fd);
+		s->spare_fd = -1;
 	}
 }

@@ -100,6 +100,15 @@ struct shunt_sock {
 	 * Lets a connect through a channel bind it without asking first.
 	 */
 	_Atomic bool unbound;
+	/*
+	 * The kernel half is one the library made for an accepted circuit,
+	 * and nothing another owner could tell has touched it: no other
+	 * descriptor or process held it (dup, fork, exec, SCM_RIGHTS,
+	 * io_uring clear it) and the only options set on it are ones
+	 * spare.c can put back. Its close keeps the half for the next accept.
+	 */
+	_Atomic bool spare;
+	int spare_fd;			/* that half kept at close, hidden, until release; or -1 */
 	struct shunt_list watchers;	/* under shunt_notice_lock: its epoll registrations */
 };
 

@@ -35,6 +35,7 @@
 #include "preload/sandbox.h"
 #include "preload/seccomp.h"
 #include "preload/sock.h"
+#include "preload/spare.h"
 #include "preload/stats.h"
 #include "preload/util.h"
 #include "preload/wait.h"
@@ -647,14 +648,20 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *uaddr,
 /*
  * The kernel socket of an accepted circuit: the ESTABLISHED companion shuntd
  * made (it arrived first, on the lowest free number, as accept() would put
- * it), or a fresh unconnected one. Either way with accept4's @flags.
+ * it), or an unconnected one of the library's (*@own: a spare, whose
+ * identity goes in *@ident, or a fresh one). Either way with accept4's @flags.
  */
-static int accepted_fd(struct shunt_sock *s, struct shunt_grant *g, int flags)
+static int accepted_fd(struct shunt_sock *s, struct shunt_grant *g, int flags, bool *own,
+		       uint64_t *ident)
 {
 	int fd = g->kernel_half;
 
 	g->kernel_half = -1;
+	*own = fd < 0;
 	if (fd < 0) {
+		fd = shunt_spare_take(s->domain, flags, s->inherit, ident);
+		if (fd >= 0)
+			return fd;
 		fd = shunt_libc.socket(s->domain, SOCK_STREAM | flags, IPPROTO_TCP);
 		return fd < 0 ? -errno : fd;
 	}
@@ -675,12 +682,16 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 {
 	struct shunt_sock *ns = NULL;
 	uint64_t ident = 0;
+	bool own;
 	int nfd, r;
 
 	/* After the circuit's memfd is closed, so the lowest number is free. */
-	nfd = accepted_fd(s, g, flags);
-	/* One look at the new socket's identity: for the journal and the fd table both. */
-	if (nfd >= 0)
+	nfd = accepted_fd(s, g, flags, &own, &ident);
+	/*
+	 * One look at the new socket's identity (a spare's is known): for the
+	 * journal and the fd table both.
+	 */
+	if (nfd >= 0 && !ident)
 		ident = shunt_fdt_sock_ident(nfd);
 	if (je)
 		shunt_chan_journal(je, nfd, ident == SHUNT_FDT_IDENT_UNKNOWN ? 0 : ident);
@@ -693,6 +704,7 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 	}
 	atomic_store_explicit(&ns->f.ident, ident, memory_order_relaxed);
 	shunt_opts_inherit(s, fd, ns, nfd);
+	atomic_store_explicit(&ns->spare, own, memory_order_relaxed);
 	ns->conn = conn;
 	shunt_sock_opts_to_circuit(ns);
 	shunt_notice_bind(conn, ns);
@@ -1192,6 +1204,8 @@ int shunt_op_close(int fd)
 	/* Out of the table first, so a new descriptor with this number starts clean. */
 	shunt_fork_enter();
 	f = shunt_fdt_take(fd);
+	if (f && f->kind == SHUNT_FILE_SOCK)
+		shunt_spare_keep((struct shunt_sock *)f, fd);
 	r = (int)libc_ret(shunt_libc.close(fd));
 	if (f)
 		shunt_file_put(f);
@@ -1242,6 +1256,10 @@ void shunt_op_dup(int oldfd, int newfd)
 	shunt_fork_enter();
 	f = shunt_fdt_get_file(oldfd);
 	if (f) {
+		/* Two descriptors hold its kernel half now: no spare (spare.h). */
+		if (f->kind == SHUNT_FILE_SOCK)
+			atomic_store_explicit(&((struct shunt_sock *)f)->spare, false,
+					      memory_order_relaxed);
 		/* Whatever @newfd was is dropped: the kernel closed it. */
 		shunt_fdt_set(newfd, f);
 		shunt_stats_saw_fd(newfd);
@@ -1256,8 +1274,9 @@ int shunt_sock_downgrade(struct shunt_sock *s, int fd)
 {
 	int st = shunt_sock_sync(s), r;
 
-	/* Handed on: another process may bind it. */
+	/* Handed on: another process may bind it, or see it used again. */
 	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
+	atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 	if (st == SHUNT_SOCK_CONNECTING) {
 		shunt_warn("a connection still waiting for accept() cannot be handed on; "
 			   "the program it is handed to will not see it connect");

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Spare kernel halves (spare.h). A half is kept only while nothing else
+ * could have seen it used, which sock->spare records: the library made it
+ * for an accepted circuit (not shuntd's companion), no other descriptor or
+ * process has held it (dup, fork, exec, SCM_RIGHTS and io_uring clear the
+ * flag), and the program set no option on it that the library cannot put
+ * back as a fresh socket has it (opts.c, shunt_opts_reset).
+ *
+ * shuntd finds a circuit end's kernel socket by its inode in the process
+ * that journaled it (daemon/companion.c), and turns it into the
+ * connection's companion in place. So a half is kept only if it is still
+ * unbound and out of repair mode once the journal says its end was let go
+ * of (shuntd reads a holder's journal before it makes a companion, so
+ * none is made after that), and handed out again only once shuntd has read
+ * that entry (until then it could look for the end's socket here).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "common/sys.h"
+#include "preload/fdtable.h"
+#include "preload/journal.h"
+#include "preload/libc.h"
+#include "preload/ops.h"
+#include "preload/sock.h"
+#include "preload/spare.h"
+#include "preload/util.h"
+
+/*
+ * Per family: enough for a server that closes a few connections between
+ * two accepts while shuntd catches up with the journal; each costs a
+ * hidden descriptor and an idle socket (about 2 KiB of kernel memory).
+ */
+enum { SPARE_MAX = 16 };
+
+/* A kept half, as it was left: what its next owner may find different. */
+struct spare {
+	int fd;				/* hidden */
+	bool nonblock;			/* O_NONBLOCK, the one file flag it may have */
+	uint32_t set;			/* options set on it (s->inherit's bits) */
+	uint64_t ident;
+	struct shunt_journal_mark closed;	/* the journal just after its CLOSED */
+};
+
+/* Oldest first: the first not read past yet means none after it is. */
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	struct spare v[SPARE_MAX];
+	unsigned first, n;
+} pool[2];				/* [0] AF_INET, [1] AF_INET6 */
+
+static unsigned family(int domain)
+{
+	return domain == AF_INET6;
+}
+
+/* The oldest spare of family @i that shuntd is done with, into @sp. */
+static bool pop_ready(unsigned i, struct spare *sp)
+{
+	bool r = false;
+
+	pthread_mutex_lock(&spare_lock);
+	if (pool[i].n && shunt_journal_read_past(&pool[i].v[pool[i].first].closed)) {
+		*sp = pool[i].v[pool[i].first];
+		pool[i].first = (pool[i].first + 1) % SPARE_MAX;
+		pool[i].n--;
+		r = true;
+	}
+	pthread_mutex_unlock(&spare_lock);
+	return r;
+}
+
+/* Never bound: no companion was made of it (shuntd binds one first). */
+static bool unbound(int fd, int domain)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	    ss.ss_family != domain)
+		return false;
+	return (domain == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+				  : ((struct sockaddr_in6 *)&ss)->sin6_port) == 0;
+}
+
+/* ...and never in repair mode, which reads SK_FORCE_REUSE (no program can set it). */
+static bool pristine(int fd, int domain)
+{
+	int reuse = 0;
+	socklen_t len = sizeof(reuse);
+
+	return unbound(fd, domain) &&
+	       shunt_libc.getsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &len) == 0 &&
+	       reuse != 2;
+}
+
+int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident)
+{
+	bool nonblock = flags & SOCK_NONBLOCK;
+	struct spare sp;
+	int fd;
+
+	if (!pop_ready(family(domain), &sp))
+		return -1;
+	/* A companion shuntd began before it read that the end was let go of. */
+	if (!unbound(sp.fd, domain)) {
+		shunt_close_hidden(sp.fd);
+		return -1;
+	}
+	/* The lowest free number, as socket() would give. */
+	fd = (int)shunt_syscall(SYS_fcntl, sp.fd, flags & SOCK_CLOEXEC ? F_DUPFD_CLOEXEC : F_DUPFD,
+				0);
+	shunt_close_hidden(sp.fd);
+	if (fd < 0)
+		return -1;
+	/* What the listener passes on the caller sets anyway: the rest as fresh. */
+	if (shunt_opts_reset(domain, fd, sp.set & ~inherit) < 0 ||
+	    (sp.nonblock != nonblock &&
+	     shunt_syscall(SYS_fcntl, fd, F_SETFL, nonblock ? O_NONBLOCK : 0) < 0)) {
+		shunt_syscall(SYS_close, fd);
+		return -1;
+	}
+	*ident = sp.ident;
+	return fd;
+}
+
+static bool full(unsigned i)
+{
+	bool r;
+
+	pthread_mutex_lock(&spare_lock);
+	r = pool[i].n >= SPARE_MAX;
+	pthread_mutex_unlock(&spare_lock);
+	return r;
+}
+
+void shunt_spare_keep(struct shunt_sock *s, int fd)
+{
+	uint64_t ident = atomic_load_explicit(&s->f.ident, memory_order_relaxed);
+
+	if (!atomic_load_explicit(&s->spare, memory_order_relaxed) || s->spare_fd >= 0 ||
+	    full(family(s->domain)))
+		return;
+	/*
+	 * Still our socket under @fd: a raw close behind the library's back
+	 * may have left the number to another file, which must never be
+	 * handed out as a connection.
+	 */
+	if (!ident || ident == SHUNT_FDT_IDENT_UNKNOWN || shunt_fdt_sock_ident(fd) != ident)
+		return;
+	s->spare_fd = shunt_fd_dup_hidden(fd);
+	if (s->spare_fd < 0)
+		s->spare_fd = -1;
+}
+
+void shunt_spare_put(struct shunt_sock *s)
+{
+	struct spare sp = {
+		.fd = s->spare_fd,
+		.nonblock = atomic_load(&s->nonblock),
+		.set = atomic_load(&s->inherit),
+		.ident = atomic_load_explicit(&s->f.ident, memory_order_relaxed),
+	};
+	unsigned i = family(s->domain);
+
+	if (sp.fd < 0)
+		return;
+	s->spare_fd = -1;
+	/*
+	 * Without a journal shuntd is told by message: no way to know when it
+	 * read it. A companion made of it (bound, or left in repair mode) is
+	 * the connection's, and goes now, as the kernel's socket would: shuntd
+	 * reads this journal before it makes any other, so none comes later.
+	 */
+	if (atomic_load_explicit(&s->spare, memory_order_relaxed) && shunt_journal_mark(&sp.closed) &&
+	    pristine(sp.fd, s->domain)) {
+		pthread_mutex_lock(&spare_lock);
+		if (pool[i].n < SPARE_MAX) {
+			pool[i].v[(pool[i].first + pool[i].n) % SPARE_MAX] = sp;
+			pool[i].n++;
+			sp.fd = -1;
+		}
+		pthread_mutex_unlock(&spare_lock);
+	}
+	if (sp.fd >= 0)
+		shunt_close_hidden(sp.fd);
+}
+
+void shunt_spare_fork_prepare(void)
+{
+	pthread_mutex_lock(&spare_lock);
+}
+
+void shunt_spare_fork_parent(void)
+{
+	pthread_mutex_unlock(&spare_lock);
+}
+
+void shunt_spare_fork_child(void)
+{
+	/* The parent hands its spares out: two processes must not hold one. */
+	pthread_mutex_init(&spare_lock, NULL);
+	for (unsigned i = 0; i < 2; i++) {
+		for (; pool[i].n; pool[i].n--) {
+			shunt_close_hidden(pool[i].v[pool[i].first].fd);
+			pool[i].first = (pool[i].first + 1) % SPARE_MAX;
+		}
+	}
+}

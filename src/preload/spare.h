@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Spare kernel halves: the unconnected kernel socket under a connection
+ * accepted from a circuit is kept when the program closes it, and is the
+ * next accepted connection's, instead of a socket() and the release of a
+ * TCP socket per connection (docs/connect.md, "Spare kernel halves").
+ */
+#ifndef SHUNT_SPARE_H
+#define SHUNT_SPARE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct shunt_sock;
+
+/*
+ * A spare kernel half of family @domain as the lowest free descriptor,
+ * with accept4's @flags, as a fresh socket() would be but for the options
+ * of mask @inherit (as s->inherit has them), which the caller sets next;
+ * its identity (shunt_fdt_sock_ident) in *@ident. -1 when there is none
+ * (or it could not be handed out: the caller makes a socket).
+ */
+int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident);
+
+/*
+ * @s, open as @fd, is being closed: if nobody could tell its kernel half
+ * was used (s->spare) and it still is @fd, keep a hidden duplicate of it
+ * in s->spare_fd, for shunt_spare_put. @fd stays open for the caller to
+ * close. Under the fork lock, as close is.
+ */
+void shunt_spare_keep(struct shunt_sock *s, int fd);
+
+/*
+ * @s is released, its circuit end let go of: its kept half (if any) goes
+ * to the spares, to be handed out once shuntd has read that the end was
+ * let go of (before, it could still look for the end's socket here).
+ */
+void shunt_spare_put(struct shunt_sock *s);
+
+/* Fork handlers: the child lets the parent's spares go. */
+void shunt_spare_fork_prepare(void);
+void shunt_spare_fork_parent(void);
+void shunt_spare_fork_child(void);
+
+#endif
