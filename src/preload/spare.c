@@ -14,6 +14,9 @@
  * of (shuntd reads a holder's journal before it makes a companion, so
  * none is made after that), and handed out again only once shuntd has read
  * that entry (until then it could look for the end's socket here).
+ *
+ * Every call goes through the seccomp gate (common/sys.h): one a filter
+ * forbids costs the spare, never the process.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,7 +27,6 @@
 #include "common/sys.h"
 #include "preload/fdtable.h"
 #include "preload/journal.h"
-#include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/sock.h"
 #include "preload/spare.h"
@@ -80,7 +82,7 @@ static bool unbound(int fd, int domain)
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 
-	if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	if (shunt_syscall(SYS_getsockname, fd, &ss, &len) < 0 ||
 	    ss.ss_family != domain)
 		return false;
 	return (domain == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
@@ -94,7 +96,7 @@ static bool pristine(int fd, int domain)
 	socklen_t len = sizeof(reuse);
 
 	return unbound(fd, domain) &&
-	       shunt_libc.getsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &len) == 0 &&
+	       shunt_syscall(SYS_getsockopt, fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &len) == 0 &&
 	       reuse != 2;
 }
 
