@@ -3,6 +3,7 @@
 // did to the accepted socket closed before it: options, file flags and
 // descriptor flags are the listener's or the defaults, never left over.
 // (Under shunt the closed one's kernel half is the next one's: spare.c.)
+// A socket still open as a duplicate is never the next one.
 // shunt-expect: shm_connect>=12 shm_accept>=12 kernel_accept==0
 #include "t_harness.h"
 
@@ -15,6 +16,17 @@
 #include <unistd.h>
 
 enum { SET_RCVBUF = 8192 };
+
+/*
+ * After a close, before the next accept: under shunt, a listen() is a
+ * request, before which shuntd reads what this process journaled, so the
+ * closed one's kernel half is the next one's from here on (spare.c). To
+ * the kernel it is a listener more, and gone.
+ */
+static void settle(void)
+{
+	close(t_listen_loopback(AF_INET, 1, NULL));
+}
 
 static const struct {
 	const char *name;
@@ -121,11 +133,43 @@ static int accept_one(int lfd, const struct t_addr *a, int flags, int *c)
 {
 	int s;
 
+	settle();
 	*c = t_connect(a);
 	s = accept4(lfd, NULL, NULL, flags);
 	if (s < 0)
 		t_fatal("accept4");
 	return s;
+}
+
+static ino_t inode_of(int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		t_fatal("fstat");
+	return st.st_ino;
+}
+
+// A socket closed while a duplicate of it stays open is still the
+// duplicate's: the next accepted one is another socket.
+static void duplicated(int family, bool by_fcntl)
+{
+	struct t_addr a;
+	int lfd = t_listen_loopback(family, 8, &a), c, c2, s, d, s2;
+
+	s = accept_one(lfd, &a, 0, &c);
+	d = by_fcntl ? fcntl(s, F_DUPFD, 0) : dup(s);
+	if (d < 0)
+		t_fatal("dup");
+	close(s);
+	s2 = accept_one(lfd, &a, 0, &c2);
+	printf("accepted after closing one whose %s stays open: another socket %d\n",
+	       by_fcntl ? "F_DUPFD copy" : "dup", inode_of(s2) != inode_of(d));
+	close(s2);
+	close(c2);
+	close(d);
+	close(c);
+	close(lfd);
 }
 
 static void run(int family)
@@ -172,6 +216,8 @@ static void run(int family)
 	close(s);
 	close(c);
 	close(lfd);
+	duplicated(family, false);
+	duplicated(family, true);
 }
 
 int main(void)
