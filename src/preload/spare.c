@@ -21,9 +21,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "common/addr.h"
 #include "common/sys.h"
 #include "preload/fdtable.h"
 #include "preload/journal.h"
@@ -81,12 +81,11 @@ static bool unbound(int fd, int domain)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
+	struct shunt_wire_addr w;
 
-	if (shunt_syscall(SYS_getsockname, fd, &ss, &len) < 0 ||
-	    ss.ss_family != domain)
-		return false;
-	return (domain == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-				  : ((struct sockaddr_in6 *)&ss)->sin6_port) == 0;
+	return shunt_syscall(SYS_getsockname, fd, &ss, &len) == 0 &&
+	       shunt_addr_to_wire((struct sockaddr *)&ss, len, &w) == 0 && w.family == domain &&
+	       w.port == 0;
 }
 
 /* ...and never in repair mode, which reads SK_FORCE_REUSE (no program can set it). */
@@ -143,6 +142,7 @@ static bool full(unsigned i)
 void shunt_spare_keep(struct shunt_sock *s, int fd)
 {
 	uint64_t ident = atomic_load_explicit(&s->f.ident, memory_order_relaxed);
+	int h;
 
 	if (!atomic_load_explicit(&s->spare, memory_order_relaxed) || s->spare_fd >= 0 ||
 	    full(family(s->domain)))
@@ -154,9 +154,8 @@ void shunt_spare_keep(struct shunt_sock *s, int fd)
 	 */
 	if (!ident || ident == SHUNT_FDT_IDENT_UNKNOWN || shunt_fdt_sock_ident(fd) != ident)
 		return;
-	s->spare_fd = shunt_fd_dup_hidden(fd);
-	if (s->spare_fd < 0)
-		s->spare_fd = -1;
+	h = shunt_fd_dup_hidden(fd);
+	s->spare_fd = h >= 0 ? h : -1;
 }
 
 void shunt_spare_put(struct shunt_sock *s)
