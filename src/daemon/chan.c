@@ -515,17 +515,7 @@ void shuntd_chan_tick(struct shuntd *d)
 		 * are now, and whether they let go of them: a socket let go of
 		 * may be kept for another connection (preload/spare.c).
 		 */
-		uint64_t id = c->id;
-
-		for (unsigned e = 0; e < 2 && c && !c->end[0].done && !c->end[1].done; e++) {
-			struct session *h = shuntd_circuit_holder(c, e);
-
-			if (h) {
-				shuntd_journal_read(d, h);
-				/* What it read may have ended the circuit. */
-				c = shunt_map_get(&d->circuits, id);
-			}
-		}
+		c = shuntd_journal_read_holders(d, c, NULL);
 		if (c && !c->end[0].done && !c->end[1].done)
 			shuntd_companion_adopt(c, -1);
 	}

@@ -56,13 +56,9 @@ void shuntd_downgrade(struct shuntd *d, struct session *s, const struct shunt_ms
 	/* A channel's circuit gets its companions when it first needs them: now. */
 	if (c && c->chan && !c->companion) {
 		/* The peer's journal says which socket it took the connection with. */
-		for (unsigned e = 0; e < 2; e++) {
-			struct session *h = shuntd_circuit_holder(c, e);
-
-			if (h && h != s)
-				shuntd_journal_read(d, h);
-		}
-		shuntd_companion_adopt(c, fd);
+		c = shuntd_journal_read_holders(d, c, s);
+		if (c)
+			shuntd_companion_adopt(c, fd);
 	}
 	/* The requester proves which end it holds with that end's kernel socket. */
 	if (!c || !c->companion || c->downgraded) {

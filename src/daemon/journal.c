@@ -185,6 +185,22 @@ bool shuntd_journal_claim(struct session *s, uint32_t seq)
 					      shunt_journal_claim(seq, SHUNT_CLAIM_TAKEN));
 }
 
+struct circuit *shuntd_journal_read_holders(struct shuntd *d, struct circuit *c,
+					    struct session *skip)
+{
+	uint64_t id = c->id;
+
+	for (unsigned e = 0; e < 2 && c; e++) {
+		struct session *h = shuntd_circuit_holder(c, e);
+
+		if (h && h != skip) {
+			shuntd_journal_read(d, h);
+			c = shunt_map_get(&d->circuits, id);
+		}
+	}
+	return c;
+}
+
 void shuntd_journal_read_all(struct shuntd *d)
 {
 	struct session *s;

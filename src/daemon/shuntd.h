@@ -644,6 +644,13 @@ int shuntd_journal_make(struct shuntd *d, struct session *s);
 void shuntd_journal_free(struct shuntd *d, struct session *s);
 /* Read what @s journaled so far (before any request of it, and when it is gone). */
 void shuntd_journal_read(struct shuntd *d, struct session *s);
+/*
+ * Read the journals of the processes holding @c's ends (but @skip's, whose
+ * own was read already): where their sockets are, whether they let go.
+ * @c again, or NULL if what they said ended it.
+ */
+struct circuit *shuntd_journal_read_holders(struct shuntd *d, struct circuit *c,
+					    struct session *skip);
 /* Read every session's journal (status, metrics: what they show must be whole). */
 void shuntd_journal_read_all(struct shuntd *d);
 /*
