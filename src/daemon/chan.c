@@ -63,10 +63,7 @@ void shuntd_chan_settle(struct listener *l, uint32_t max)
 		 * one still queued was there before the entry was, so the
 		 * queue, read after the counts, shows it.
 		 */
-		uint32_t owed = occupancy(ch);
-
-		for (uint32_t i = 0; i < taken && i < owed; i++)
-			shuntd_efd_ring(ch->bell);
+		shuntd_efd_give_back(ch->bell, taken, occupancy(ch));
 	}
 }
 

@@ -109,3 +109,9 @@ uint32_t shuntd_efd_take_some(int efd, uint32_t max)
 		n++;
 	return n;
 }
+
+void shuntd_efd_give_back(int efd, uint32_t taken, uint32_t owed)
+{
+	for (uint32_t i = 0; i < taken && i < owed; i++)
+		shuntd_efd_ring(efd);
+}

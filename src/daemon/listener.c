@@ -566,8 +566,7 @@ void shuntd_listener_settle(struct listener *l)
 	uint32_t taken = shuntd_efd_take_some(l->doorbell, SETTLE_MAX);
 
 	/* Its holders can ring it too: what it owes is what shuntd queued. */
-	for (uint32_t i = 0; i < taken && i < l->queued; i++)
-		shuntd_efd_ring(l->doorbell);
+	shuntd_efd_give_back(l->doorbell, taken, l->queued);
 	shuntd_chan_settle(l, SETTLE_MAX);
 }
 

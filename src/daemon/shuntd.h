@@ -486,6 +486,11 @@ bool shuntd_efd_take(int efd);
 void shuntd_efd_ring(int efd);
 /* Take up to @max counts off doorbell or bell @efd: how many there were. */
 uint32_t shuntd_efd_take_some(int efd, uint32_t max);
+/*
+ * Settle @efd: of the @taken counts just taken off it, ring back as many
+ * as it owes (@owed: what is queued behind it), the rest were a holder's.
+ */
+void shuntd_efd_give_back(int efd, uint32_t taken, uint32_t owed);
 
 /* listener.c */
 void shuntd_listener_register(struct shuntd *d, struct session *s,
