@@ -20,6 +20,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shunt_journal_hdr *journal;	/* under lock */
 static int kick_fd = -1;			/* under lock: hidden */
 static uint64_t epoch;				/* under lock: journals installed so far */
+static uint64_t refusals;			/* under lock: appends refused as full, ever */
 
 static void drop_locked(void)
 {
@@ -99,6 +100,7 @@ int shunt_journal_add(const struct shunt_journal_entry *e)
 	/* J2: pairs with shuntd's release of head: the slot was read. */
 	head = atomic_load_explicit(&journal->head, memory_order_acquire);
 	if (tail - head >= SHUNT_JOURNAL_ENTRIES) {
+		refusals++;
 		r = -ENOSPC;
 		goto out;
 	}
@@ -125,6 +127,16 @@ bool shunt_journal_mark(struct shunt_journal_mark *m)
 	m->tail = journal ? atomic_load_explicit(&journal->tail, memory_order_relaxed) : 0;
 	pthread_mutex_unlock(&lock);
 	return m->epoch && journal;
+}
+
+uint64_t shunt_journal_refusals(void)
+{
+	uint64_t r;
+
+	pthread_mutex_lock(&lock);
+	r = refusals;
+	pthread_mutex_unlock(&lock);
+	return r;
 }
 
 bool shunt_journal_read_past(const struct shunt_journal_mark *m)

@@ -57,6 +57,13 @@ bool shunt_journal_mark(struct shunt_journal_mark *m);
  */
 bool shunt_journal_read_past(const struct shunt_journal_mark *m);
 
+/*
+ * How many appends this process's journals refused as full, ever: when it
+ * changed between two looks, something went to shuntd by message meanwhile,
+ * which no journal mark covers.
+ */
+uint64_t shunt_journal_refusals(void);
+
 /* Around fork: no thread is half-way through an append. */
 void shunt_journal_fork_prepare(void);
 void shunt_journal_fork_parent(void);

@@ -109,6 +109,7 @@ struct shunt_sock {
 	 */
 	_Atomic bool spare;
 	int spare_fd;			/* that half kept at close, hidden, until release; or -1 */
+	uint64_t spare_refusals;	/* shunt_journal_refusals() when it was kept */
 	struct shunt_list watchers;	/* under shunt_notice_lock: its epoll registrations */
 };
 

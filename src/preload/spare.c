@@ -154,6 +154,7 @@ void shunt_spare_keep(struct shunt_sock *s, int fd)
 	 */
 	if (!ident || ident == SHUNT_FDT_IDENT_UNKNOWN || shunt_fdt_sock_ident(fd) != ident)
 		return;
+	s->spare_refusals = shunt_journal_refusals();
 	h = shunt_fd_dup_hidden(fd);
 	s->spare_fd = h >= 0 ? h : -1;
 }
@@ -172,13 +173,15 @@ void shunt_spare_put(struct shunt_sock *s)
 		return;
 	s->spare_fd = -1;
 	/*
-	 * Without a journal shuntd is told by message: no way to know when it
-	 * read it. A companion made of it (bound, or left in repair mode) is
-	 * the connection's, and goes now, as the kernel's socket would: shuntd
-	 * reads this journal before it makes any other, so none comes later.
+	 * Without a journal, or with one too full to take the CLOSED (any
+	 * refusal since it was kept may have been that one), shuntd is told
+	 * by message: no way to know when it read it. A companion made of it
+	 * (bound, or left in repair mode) is the connection's, and goes now,
+	 * as the kernel's socket would: shuntd reads this journal before it
+	 * makes any other, so none comes later.
 	 */
 	if (atomic_load_explicit(&s->spare, memory_order_relaxed) && shunt_journal_mark(&sp.closed) &&
-	    pristine(sp.fd, s->domain)) {
+	    shunt_journal_refusals() == s->spare_refusals && pristine(sp.fd, s->domain)) {
 		pthread_mutex_lock(&spare_lock);
 		if (pool[i].n < SPARE_MAX) {
 			pool[i].v[(pool[i].first + pool[i].n) % SPARE_MAX] = sp;
