@@ -634,17 +634,24 @@ static long tx_room(struct shunt_conn *c, size_t share, size_t want)
  * After a send wrote bytes: the idle trimmer looks at the ring a while
  * from now, unless it will already. A peer told we were quiet is told we
  * are not (the word shares its line with sndbuf, which every send reads).
- * Under the tx lock; a load or two and a branch while armed, so a busy
- * connection pays nothing.
+ * Under the tx lock, after @sent bytes; a load or two and a branch while
+ * armed, so a busy connection pays nothing. While the trimmer's thread is
+ * put off (trim.h), an armed connection that has sent enough since it was
+ * armed starts it.
  */
-static void trim_note(struct shunt_conn *c)
+static void trim_note(struct shunt_conn *c, size_t sent)
 {
 	if (atomic_load_explicit(&c->me->idle, memory_order_relaxed))
 		atomic_store_explicit(&c->me->idle, 0, memory_order_relaxed);
-	if (atomic_load_explicit(&c->trim_armed, memory_order_relaxed))
+	if (atomic_load_explicit(&c->trim_armed, memory_order_relaxed)) {
+		if (__builtin_expect(atomic_load_explicit(&shunt_trim_put_off, memory_order_relaxed), 0) &&
+		    c->tx.pos - c->trim_from > SHUNT_TRIM_EAGER_BYTES)
+			shunt_trim_start();
 		return;
+	}
 	atomic_store_explicit(&c->trim_armed, true, memory_order_relaxed);
 	c->trim_mark = c->tx.pos;
+	c->trim_from = c->tx.pos - sent;
 	shunt_trim_arm(c);
 }
 
@@ -1065,7 +1072,7 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 		 */
 		release_held(c, 0);
 		if (done)
-			trim_note(c);
+			trim_note(c, done);
 		tx_unlock(c);
 		want.need = whole ? left : 1;
 		r = shunt_wait_end(c->me, c->peer, &c->me->tx_waiters, tx_ready, &want,
@@ -1078,7 +1085,7 @@ ssize_t shunt_conn_send(struct shunt_conn *c, const struct iovec *iov, int iovcn
 			goto unlocked;
 	}
 	if (done)
-		trim_note(c);
+		trim_note(c, done);
 	tx_unlock(c);
 unlocked:
 	if (io->moved)

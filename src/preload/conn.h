@@ -61,6 +61,7 @@ struct shunt_conn {
 	 */
 	_Atomic bool trim_armed;
 	uint64_t trim_mark;
+	uint64_t trim_from;		/* the write position before the send that armed it */
 	/* Under the trimmer's lock (trim.c): its queues of armed connections. */
 	struct shunt_list trim_node;
 	int64_t trim_at;		/* when to look at it */

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * The idle trimmer: one thread per process, started the first time a
- * connection sends, that looks at each connection a while after it sent
- * and gives back the ring pages its bytes have left once it went quiet:
- * all but one at first, that one after a longer rest. With nothing armed
- * it sleeps without a timeout: a process at rest is never woken for it.
+ * The idle trimmer: one thread per process, started once a second
+ * connection is armed or one sends more than SHUNT_TRIM_EAGER_BYTES, that
+ * looks at each connection a while after it sent and gives back the ring
+ * pages its bytes have left once it went quiet: all but one at first, that
+ * one after a longer rest. With nothing armed it sleeps without a timeout:
+ * a process at rest is never woken for it.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -41,6 +42,8 @@ static struct shunt_list soon = { &soon, &soon };
 static struct shunt_list later = { &later, &later };
 static struct shunt_conn *busy;		/* under lock: the one the thread looks at */
 static uint32_t running;		/* under lock: pid of the process whose thread runs */
+static unsigned listed;			/* under lock: connections on the queues */
+_Atomic bool shunt_trim_put_off;	/* written under lock: armed, and no thread yet */
 static int64_t sleeping_until;		/* under lock: the thread's wake-up, INT64_MAX:
 					   none, 0: it is awake and will look at the queue */
 static bool warned;			/* under lock */
@@ -50,6 +53,7 @@ static void enqueue(struct shunt_conn *c, bool rest, int64_t now)
 	c->trim_at = now + (rest ? SHUNT_TRIM_REST_NS : SHUNT_TRIM_DELAY_NS);
 	c->trim_rest = rest;
 	c->trim_listed = true;
+	listed++;
 	shunt_list_add_tail(rest ? &later : &soon, &c->trim_node);
 }
 
@@ -69,6 +73,7 @@ static void dequeue(struct shunt_conn *c)
 {
 	shunt_list_del(&c->trim_node);
 	c->trim_listed = false;
+	listed--;
 }
 
 static struct timespec abs_time(int64_t ns)
@@ -124,6 +129,8 @@ static void start(void)
 
 	if (running == shunt_pid)
 		return;
+	/* Tried once per arm, as before: a failure is not retried on every send. */
+	atomic_store_explicit(&shunt_trim_put_off, false, memory_order_relaxed);
 	r = shunt_thread_start(&trimmer);
 	if (r) {
 		if (!warned)
@@ -167,11 +174,25 @@ void shunt_trim_arm(struct shunt_conn *c)
 	if (atomic_load(&c->trim_gone) || c->trim_listed)
 		goto out;
 	enqueue(c, false, shunt_now_ns());
-	start();
+	/* Put off while this is the only one armed and it sent little (trim.h). */
+	if (running == shunt_pid || listed > 1 || c->tx.pos - c->trim_from > SHUNT_TRIM_EAGER_BYTES)
+		start();
+	else
+		atomic_store_explicit(&shunt_trim_put_off, true, memory_order_relaxed);
 	/* Wake the thread only if it sleeps past this: at most once per quiet spell. */
 	if (running == shunt_pid && sleeping_until > c->trim_at)
 		pthread_cond_signal(&changed);
 out:
+	pthread_mutex_unlock(&lock);
+}
+
+void shunt_trim_start(void)
+{
+	pthread_mutex_lock(&lock);
+	if (listed)
+		start();
+	else
+		atomic_store_explicit(&shunt_trim_put_off, false, memory_order_relaxed);
 	pthread_mutex_unlock(&lock);
 }
 
@@ -185,6 +206,8 @@ void shunt_trim_forget(struct shunt_conn *c)
 		pthread_cond_wait(&idle, &lock);
 	if (c->trim_listed)
 		dequeue(c);
+	if (!listed)
+		atomic_store_explicit(&shunt_trim_put_off, false, memory_order_relaxed);
 	pthread_mutex_unlock(&lock);
 }
 
@@ -224,4 +247,5 @@ void shunt_trim_fork_child(void)
 	busy = NULL;
 	running = 0;
 	sleeping_until = 0;
+	atomic_store_explicit(&shunt_trim_put_off, false, memory_order_relaxed);
 }

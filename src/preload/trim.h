@@ -7,6 +7,8 @@
 #ifndef SHUNT_TRIM_H
 #define SHUNT_TRIM_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct shunt_conn;
@@ -36,14 +38,40 @@ enum shunt_trim_next {
 };
 
 /*
+ * The trimmer's thread is put off while a process has only one connection
+ * armed and that one has sent at most this much since it was armed: a
+ * process that connects, asks and closes (a health check, a CGI client, a
+ * client that opens a connection per request) never pays for a thread, nor
+ * for the exit of a process with two threads. What that can leave
+ * unreturned is bounded: the pages of this much of one connection's tx ring
+ * (5 at most), until it closes or sends more; docs/circuit.md, "Memory at
+ * rest".
+ */
+#define SHUNT_TRIM_EAGER_BYTES (16 * 1024)
+
+/*
+ * Whether the thread is put off with something armed (a hint for the send
+ * path; shunt_trim_start decides under the trimmer's lock).
+ */
+extern _Atomic bool shunt_trim_put_off;
+
+/*
  * @c sent: look at it SHUNT_TRIM_DELAY_NS from now (shunt_conn_trim).
  * Called with its tx lock held, once per quiet spell (conn.c keeps the
- * flag); takes the trimmer's lock, and starts the trimmer's thread the
- * first time in a process. Does nothing once @c was forgotten, or in a
+ * flag, and c->trim_from); takes the trimmer's lock, and starts the
+ * trimmer's thread the first time in a process unless it is put off (see
+ * SHUNT_TRIM_EAGER_BYTES). Does nothing once @c was forgotten, or in a
  * process under a seccomp filter (a thread of ours could meet calls the
  * filter kills for).
  */
 void shunt_trim_arm(struct shunt_conn *c);
+
+/*
+ * Start the thread that was put off, if anything is still armed (an armed
+ * connection sent more than SHUNT_TRIM_EAGER_BYTES). Under a tx lock, as
+ * shunt_trim_arm.
+ */
+void shunt_trim_start(void);
 
 /*
  * @c is being let go or freed: the trimmer never touches it again once

@@ -227,3 +227,91 @@ def test_fork_child_rings_given_back(program):
     wait_rss(child, AT_REST_KIB, "fork child")
     wait_rss(p.proc.pid, AT_REST_KIB, "fork parent")
     assert p.finish() == 0
+
+
+# One end per process: a server that echoes one connection, and a client
+# that sends what stdin asks, reads it back, and says how many trimmer
+# threads it has.
+#   server        listens, says "port P", echoes one connection until EOF
+#   client P      connects; on stdin "send N": N bytes there and back, then
+#                 "echoed N intact|CORRUPT trimmers T"
+ONE_END = textwrap.dedent("""\
+    import hashlib, os, socket, sys
+
+    def trimmers():
+        n = 0
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    n += f.read().strip() == "shunt-trim"
+            except OSError:
+                pass
+        return n
+
+    if sys.argv[1] == "server":
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1)
+        print("port", ls.getsockname()[1], flush=True)
+        s, _ = ls.accept()
+        while True:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            s.sendall(chunk)
+        sys.exit(0)
+
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "quit":
+            break
+        n = int(cmd[1])
+        data = hashlib.sha256(cmd[1].encode()).digest() * (n // 32 + 1)
+        data = data[:n]
+        s.sendall(data)
+        got = bytearray()
+        while len(got) < n:
+            chunk = s.recv(n - len(got))
+            if not chunk:
+                break
+            got += chunk
+        print("echoed", n, "intact" if bytes(got) == data else "CORRUPT",
+              "trimmers", trimmers(), flush=True)
+    """)
+
+
+@pytest.mark.shunt
+def test_trimmer_put_off_for_one_small_connection(shunt_cli, shunt_session, tmp_path):
+    """A process with one connection that sent little starts no trimmer
+    thread (trim.h, SHUNT_TRIM_EAGER_BYTES: a connection per process, as a
+    health check or a CGI client makes, pays for no thread); once it sends
+    more, the thread starts and its ring pages go back as usual."""
+    script = tmp_path / "one_end.py"
+    script.write_text(ONE_END)
+    env = shunt_session.env(tmp_path / "stats.jsonl")
+    run = [str(shunt_cli()), "run", "--", sys.executable, str(script)]
+    server = Program(run + ["server"], env)
+    client = None
+    try:
+        port = server.expect("port").split()[1]
+        client = Program(run + ["client", port], env)
+        client.expect("ready")
+        client.say("send 100")
+        assert client.expect("echoed") == "echoed 100 intact trimmers 0"
+        rss, n = circuit_rss_kib(client.proc.pid)
+        assert n == 1, f"the connection is no circuit (mappings: {n}): not under shunt?"
+        client.say("send 65536")
+        assert client.expect("echoed") == "echoed 65536 intact trimmers 1"
+        # The server echoed as much: its thread started too, and both rings
+        # (one mapping of the channel in each process) lose their pages.
+        wait_rss(client.proc.pid, AT_REST_KIB // 2, "after 64 KiB each way")
+        wait_rss(server.proc.pid, AT_REST_KIB // 2, "the server, after 64 KiB each way")
+        assert client.finish() == 0
+        assert server.proc.wait(timeout=20) == 0
+    finally:
+        for p in (client, server):
+            if p and p.proc.poll() is None:
+                os.killpg(p.proc.pid, 9)
+                p.proc.wait()
