@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """connect: what a connection costs to make and to end, kernel vs shunt in
-one run (bench/conn.c does the work; medians of --repeat runs).
+one run (bench/conn.c does the work; medians of --repeat runs, the kernel's
+and shunt's alternating).
 
 Shapes:
   loop     one client: socket, connect, write 1 byte, read the echo, close,
@@ -117,13 +118,23 @@ def busy_s():
     return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def repeated(args, mode, once, keys):
-    """--repeat runs of @once() (a dict of figures and on_shm): the medians of
-    @keys, whether every shunt run used shared memory, and the runs."""
-    runs = [once() for _ in range(args.repeat)]
-    out = {k: median([r[k] for r in runs]) for k in keys}
-    out["on_shm"] = all(r["on_shm"] for r in runs) if mode == "shunt" else None
-    out["runs"] = runs
+def alternated(args, shape_fn, b, modes):
+    """--repeat runs of each mode's one run (shape_fn(b, args, mode) gives
+    it and the keys of its figures), the modes alternating run by run so that
+    a host that slows down or speeds up meanwhile weighs on both alike: per
+    mode, the medians of the keys, whether every shunt run used shared
+    memory, and the runs."""
+    plans = {m: shape_fn(b, args, m) for m in modes}
+    runs = {m: [] for m in modes}
+    for _ in range(args.repeat):
+        for m in modes:
+            runs[m].append(plans[m][0]())
+    out = {}
+    for m in modes:
+        keys = plans[m][1]
+        out[m] = {k: median([r[k] for r in runs[m]]) for k in keys}
+        out[m]["on_shm"] = all(r["on_shm"] for r in runs[m]) if m == "shunt" else None
+        out[m]["runs"] = runs[m]
     return out
 
 
@@ -134,7 +145,7 @@ def do_loop(b, args, mode):
         return {"per_conn_us": r["per_conn_us"], "connect_us": r["connect"]["mean_us"],
                 "echo_us": r["echo"]["mean_us"], "close_us": r["close"]["mean_us"],
                 "on_shm": on_shm}
-    return repeated(args, mode, once, ("per_conn_us", "connect_us", "echo_us", "close_us"))
+    return once, ("per_conn_us", "connect_us", "echo_us", "close_us")
 
 
 def do_burst(b, args, mode):
@@ -143,7 +154,7 @@ def do_burst(b, args, mode):
         r = recs[0]
         return {"open_s": r["open_s"], "close_s": r["close_s"], "seconds": r["seconds"],
                 "on_shm": on_shm}
-    return repeated(args, mode, once, ("open_s", "close_s", "seconds"))
+    return once, ("open_s", "close_s", "seconds")
 
 
 def do_prefork(b, args, mode):
@@ -151,7 +162,7 @@ def do_prefork(b, args, mode):
         clients = [["loop", "--count", str(args.count)] for _ in range(PREFORK)]
         _, wall, on_shm = b.session(mode, PREFORK, clients)
         return {"conns_per_s": PREFORK * args.count / wall, "wall_s": wall, "on_shm": on_shm}
-    return repeated(args, mode, once, ("conns_per_s",))
+    return once, ("conns_per_s",)
 
 
 def do_spawn(b, args, mode):
@@ -159,7 +170,7 @@ def do_spawn(b, args, mode):
         recs, _, on_shm = b.session(mode, 1, [["spawn", "--count", str(args.spawn)]])
         return {"per_process_us": recs[0]["per_process_us"],
                 "cpu_per_process_us": b.last_busy_s * 1e6 / args.spawn, "on_shm": on_shm}
-    return repeated(args, mode, once, ("per_process_us", "cpu_per_process_us"))
+    return once, ("per_process_us", "cpu_per_process_us")
 
 
 def do_memory(args, out):
@@ -269,9 +280,8 @@ def main():
                 if shape == "memory":
                     doc["memory"] = do_memory(args, out)
                     continue
-                doc[shape] = {}
+                doc[shape] = alternated(args, fns[shape], b, ("kernel", "shunt"))
                 for mode in ("kernel", "shunt"):
-                    doc[shape][mode] = fns[shape](b, args, mode)
                     log("%-8s %-7s %s" % (shape, mode, {k: (round(v, 3) if isinstance(v, float)
                                                            else v)
                                                        for k, v in doc[shape][mode].items()
