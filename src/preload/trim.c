@@ -129,7 +129,7 @@ static void start(void)
 
 	if (running == shunt_pid)
 		return;
-	/* Tried once per arm, as before: a failure is not retried on every send. */
+	/* Not put off any more, started or not: a failure is tried again at an arm, not a send. */
 	atomic_store_explicit(&shunt_trim_put_off, false, memory_order_relaxed);
 	r = shunt_thread_start(&trimmer);
 	if (r) {
