@@ -9,7 +9,6 @@
 // t-timeout: 120
 #include "t_harness.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +23,7 @@ enum {
 
 static long count_fds(void)
 {
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	long n = 0;
-
-	if (!d)
-		t_fatal("opendir /proc/self/fd");
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n - 1;	// the directory's own descriptor
+	return t_dir_entries("/proc/self/fd") - 1;	// the directory's own descriptor
 }
 
 static long count_maps(void)

@@ -4,6 +4,7 @@
 #include "t_harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -1150,4 +1151,18 @@ bool t_talk_holder(int rd, int wr, size_t first)
 	ok = talk_recv_check(rd, TALK_SEED_DOWN, first, len) && ok;
 	t_send_all(wr, "done", 4);
 	return ok;
+}
+
+long t_dir_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	long n = 0;
+
+	if (!d)
+		t_fatal("opendir %s", path);
+	while ((e = readdir(d)))
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return n;
 }

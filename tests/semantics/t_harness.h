@@ -251,6 +251,9 @@ int t_recv_fd(int usock, char *tag);
 int t_kill_child(pid_t pid);
 // Zeroed anonymous memory shared with children forked later; fatal on failure.
 void *t_shared_alloc(size_t n);
+// Entries of the directory @path but "." and "..", counted while it is open
+// (so /proc/self/fd counts the descriptor reading it).
+long t_dir_entries(const char *path);
 // What a reader sees now, after waiting up to `wait_ms` for any event:
 // "EOF" (recv = 0), "-1 ERRNAME", "data" (bytes are there, left unread) or
 // "nothing" (no event in time). Peeks: consumes no data, but a pending

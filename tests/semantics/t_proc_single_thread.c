@@ -6,27 +6,12 @@
 // shunt-expect: shm_connect>=1 shm_accept>=1 kernel_connect==0
 #include "t_harness.h"
 
-#include <dirent.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 enum { BYTES = 100 };
-
-static int threads(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		t_fatal("opendir(/proc/self/task)");
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
 
 int main(void)
 {
@@ -55,7 +40,7 @@ int main(void)
 	c = t_connect(&a);
 	t_send_all(c, buf, BYTES);
 	t_recv_all(c, back, BYTES);
-	t_expect(threads() == 1, "one thread after the exchange");
+	t_expect(t_dir_entries("/proc/self/task") == 1, "one thread after the exchange");
 	T_REPORT("unshare(CLONE_NEWUSER)", unshare(CLONE_NEWUSER));
 	close(c);
 	T_REPORT("child", t_wait_child(pid));
