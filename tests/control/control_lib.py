@@ -24,6 +24,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 HANG_S = 30  # a step that takes longer than this is hung
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # What a sanitizer build writes to a process's stderr or shuntd's log.
@@ -146,6 +148,14 @@ class ShuntdWorld:
         self.daemon = d
         return d
 
+    def run_lines(self, argv, stats, name):
+        """`shunt run --no-daemon -- argv` as a LineProc, ended at close(),
+        with SHUNT_STATS in @stats and its stderr in NAME.stderr here."""
+        proc = LineProc([self.shunt, "run", "--no-daemon", "--"] + list(argv), self.env(stats),
+                        self.dir / f"{name}.stderr")
+        self.procs.append(proc)
+        return proc
+
     def kill_daemon(self):
         """SIGKILL the shuntd that runs, as a crash would end it."""
         os.kill(self.daemon.pid, signal.SIGKILL)
@@ -166,6 +176,18 @@ class ShuntdWorld:
             if d.poll() is None:
                 d.kill()
                 d.wait()
+
+
+@pytest.fixture
+def shuntd_world(build_dir, shunt_bin, tools, tmp_path):
+    """A ShuntdWorld with one shuntd of the build running, options left at
+    their defaults; everything it started is ended after the test. A test
+    module takes it by importing it (`from control_lib import shuntd_world`)."""
+    w = ShuntdWorld(shunt_bin, build_dir, tmp_path, tools,
+                    [build_dir / "src" / "daemon" / "shuntd"])
+    w.start_daemon()
+    yield w
+    w.close()
 
 
 def shuntd_env(tools, sock, stats=None):

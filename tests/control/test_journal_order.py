@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from control_lib import HANG_S, SANITIZER, LineProc, ShuntdWorld, wait_for
+from control_lib import HANG_S, SANITIZER, shuntd_world, wait_for
 
 pytestmark = pytest.mark.shunt
 
@@ -28,39 +28,28 @@ COUNT = 20000
 SETTLE_S = 10
 
 
-@pytest.fixture
-def world(build_dir, shunt_bin, tools, tmp_path):
-    w = ShuntdWorld(shunt_bin, build_dir, tmp_path, tools,
-                    [build_dir / "src" / "daemon" / "shuntd"])
-    w.start_daemon()
-    yield w
-    w.close()
-
-
-def test_self_connections_all_let_go(world, build_dir):
-    stats = world.dir / "stats.jsonl"
-    proc = LineProc([world.shunt, "run", "--no-daemon", "--",
-                     build_dir / "tests" / "control" / "selfconn", COUNT],
-                    world.env(stats), world.dir / "selfconn.stderr")
-    world.procs.append(proc)
+def test_self_connections_all_let_go(shuntd_world, build_dir):
+    stats = shuntd_world.dir / "stats.jsonl"
+    proc = shuntd_world.run_lines([build_dir / "tests" / "control" / "selfconn", COUNT],
+                                  stats, "selfconn")
     deadline = time.monotonic() + HANG_S * 4
     while not proc.lines:
         proc.read_until(deadline, "the connections")
     assert proc.lines == [f"done {COUNT}"], (proc.lines, proc.stderr())
 
     def held():
-        return world.status()["connections"]
+        return shuntd_world.status()["connections"]
 
     try:
         wait_for(lambda: not held(), "shuntd to let go of every connection", SETTLE_S)
     except AssertionError:
         left = held()
         raise AssertionError(f"{len(left)} of {COUNT} connections still held: {left[:3]}")
-    assert world.status()["totals"]["circuits_total"] == COUNT
+    assert shuntd_world.status()["totals"]["circuits_total"] == COUNT
     proc.send("")
     assert proc.proc.wait(timeout=HANG_S) == 0, proc.stderr()
-    for d in world.daemons:
+    for d in shuntd_world.daemons:
         text = d.log.read_text(errors="replace")
         assert not any(s in text for s in SANITIZER), text[-3000:]
-    _, total = world.tools.read_stats(stats)
+    _, total = shuntd_world.tools.read_stats(stats)
     assert total.get("shm_connect", 0) == COUNT, total

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from control_lib import HANG_S, SANITIZER, LineProc, ShuntdWorld
+from control_lib import HANG_S, SANITIZER, shuntd_world
 
 pytestmark = pytest.mark.shunt
 
@@ -39,15 +39,6 @@ COUNT = 520
 SETTLE_S = 1.0
 
 
-@pytest.fixture
-def world(build_dir, shunt_bin, tools, tmp_path):
-    w = ShuntdWorld(shunt_bin, build_dir, tmp_path, tools,
-                    [build_dir / "src" / "daemon" / "shuntd"])
-    w.start_daemon()
-    yield w
-    w.close()
-
-
 def ask(proc, line, word):
     """Send @line; the words of the answer, which starts with @word."""
     proc.send(line)
@@ -57,28 +48,26 @@ def ask(proc, line, word):
     return got[1:]
 
 
-def test_full_journal_keeps_no_spare(world, build_dir):
-    stats = world.dir / "stats.jsonl"
-    proc = LineProc([world.shunt, "run", "--no-daemon", "--",
-                     build_dir / "tests" / "control" / "spare_full", COUNT],
-                    world.env(stats), world.dir / "spare_full.stderr")
-    world.procs.append(proc)
+def test_full_journal_keeps_no_spare(shuntd_world, build_dir):
+    stats = shuntd_world.dir / "stats.jsonl"
+    proc = shuntd_world.run_lines([build_dir / "tests" / "control" / "spare_full", COUNT],
+                                  stats, "spare_full")
     ask(proc, "start", "ready")
     time.sleep(SETTLE_S)
-    os.kill(world.daemon.pid, signal.SIGSTOP)
+    os.kill(shuntd_world.daemon.pid, signal.SIGSTOP)
     try:
         victim = ask(proc, "fill", "closed")[0]
     finally:
-        os.kill(world.daemon.pid, signal.SIGCONT)
+        os.kill(shuntd_world.daemon.pid, signal.SIGCONT)
     first = ask(proc, "next", "next")[0]
     second = ask(proc, "next", "next")[0]
     proc.proc.stdin.close()
     assert proc.proc.wait(timeout=HANG_S) == 0, proc.stderr()
-    _, total = world.tools.read_stats(stats)
+    _, total = shuntd_world.tools.read_stats(stats)
     # Every connection on shared memory: the victim too, or nothing was tested.
     assert total.get("shm_connect", 0) == COUNT + 3, total
     assert first != victim, "the victim's half, closed by message, was handed out again"
     assert second == first, "no spare was handed out at all: the test proves nothing"
-    for d in world.daemons:
+    for d in shuntd_world.daemons:
         text = d.log.read_text(errors="replace")
         assert not any(s in text for s in SANITIZER), text[-3000:]
