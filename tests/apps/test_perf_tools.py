@@ -189,7 +189,7 @@ def sockperf_numbers(text):
 def sockperf_round(mode, servers, tmp_path, sockperf, case):
     """`sockperf server` on a fresh port, one 1 s client of `case`, then the
     server stopped with SIGINT (it prints what it handled). Returns what must
-    hold both ways, and the messages sent."""
+    hold both ways, and the messages handled."""
     port = free_port()
     srv = servers(f"sockperf-{mode.name}-{case}",
                   mode.argv([sockperf, "server", "--tcp", "-i", "127.0.0.1", "-p", port]),
@@ -213,8 +213,16 @@ def sockperf_round(mode, servers, tmp_path, sockperf, case):
     if case != "throughput":
         assert c.get("received", 0) > 0, where
         assert (c.get("dropped"), c.get("duplicated"), c.get("out-of-order")) == (0, 0, 0), where
-    assert s.get("handled") == c["sent"], "the server handled other than the client sent\n" + where
-    return {"all handled": True}, c["sent"]
+    # sockperf counts a message as sent before its send() returns, and keeps
+    # counting it when the end-of-test SIGALRM interrupts that send (its
+    # handler has no SA_RESTART: EINTR, nothing sent). So one message fewer
+    # may be handled, when the last send was waiting for room; under shunt
+    # (a 256 KiB ring) it waits more often than with the kernel's larger
+    # buffers. Under shunt the caller also checks the library's byte counts.
+    handled = s.get("handled", -1)
+    assert c["sent"] - 1 <= handled <= c["sent"], (
+        "the server handled other than the client sent\n" + where)
+    return {"all handled": True}, handled
 
 
 @pytest.fixture
@@ -242,10 +250,14 @@ def test_sockperf(request, tools, servers, tmp_path, sockperf, shunt_session, sh
         plain, _ = plain_once(("sockperf", case), lambda: sockperf_round(
             plain_mode(tools), servers, tmp_path, sockperf, case))
         mode = shunt_mode(tools, shunt_session, shunt_cli)
-        shunted, sent = sockperf_round(mode, servers, tmp_path, sockperf, case)
+        shunted, handled = sockperf_round(mode, servers, tmp_path, sockperf, case)
         assert shunted == plain
-        assert_stats(mode, "sockperf-client", shm_connect=1, shm_tx_bytes=sent * size)
-        assert_stats(mode, "sockperf-server", shm_accept=1, shm_rx_bytes=sent * size)
+        # At least every message handled went over shared memory, and what
+        # the client's library sent is exactly what the server's received.
+        assert_stats(mode, "sockperf-client", shm_connect=1, shm_tx_bytes=handled * size)
+        assert_stats(mode, "sockperf-server", shm_accept=1, shm_rx_bytes=handled * size)
+        sent_bytes = mode.totals("sockperf-client")[1].get("shm_tx_bytes")
+        assert sent_bytes == mode.totals("sockperf-server")[1].get("shm_rx_bytes"), sent_bytes
     except BaseException as e:
         record(request.config, "sockperf server", version, f"sockperf {case}", failure(e), "shm")
         raise
