@@ -42,17 +42,7 @@ static long count_maps(void)
 
 static long rss_kb(void)
 {
-	FILE *f = fopen("/proc/self/status", "r");
-	char line[128];
-	long kb = -1;
-
-	if (!f)
-		t_fatal("fopen /proc/self/status");
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
+	return t_status_field("/proc/self/status", "VmRSS");
 }
 
 // The client: N connections, one after another, each sending one byte and

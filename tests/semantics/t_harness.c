@@ -1166,3 +1166,20 @@ long t_dir_entries(const char *path)
 	closedir(d);
 	return n;
 }
+
+long t_status_field(const char *path, const char *field)
+{
+	FILE *f = fopen(path, "r");
+	size_t len = strlen(field);
+	char line[256];
+	long v = -1;
+
+	if (!f)
+		t_fatal("fopen %s", path);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, len) && line[len] == ':' &&
+		    sscanf(line + len + 1, "%ld", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}

@@ -254,6 +254,10 @@ void *t_shared_alloc(size_t n);
 // Entries of the directory @path but "." and "..", counted while it is open
 // (so /proc/self/fd counts the descriptor reading it).
 long t_dir_entries(const char *path);
+// The number after "@field:" in a /proc status file @path (VmRSS,
+// voluntary_ctxt_switches, ...). Fatal if the file cannot be read, -1 if
+// the field is missing.
+long t_status_field(const char *path, const char *field);
 // What a reader sees now, after waiting up to `wait_ms` for any event:
 // "EOF" (recv = 0), "-1 ERRNAME", "data" (bytes are there, left unread) or
 // "nothing" (no event in time). Peeks: consumes no data, but a pending
