@@ -21,6 +21,7 @@
 #include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
+#include "preload/listenwait.h"
 #include "preload/relisten.h"
 #include "preload/sock.h"
 #include "preload/util.h"
@@ -143,6 +144,7 @@ static void swap_bell(struct shunt_sock *s, uint64_t id, const struct shunt_list
 	 */
 	shunt_chan_move_listener(s->listener, id, bell);
 	s->bells = bell;
+	shunt_listen_wait_rebell(s, old, bell);
 	/* Only epoll instances held these, and they no longer do. */
 	shunt_sock_close_doorbells(s);
 	s->doorbell = got->doorbell;

@@ -12,6 +12,7 @@
 #include "preload/control.h"
 #include "preload/epoll.h"
 #include "preload/fork.h"
+#include "preload/listenwait.h"
 #include "preload/sock.h"
 #include "preload/spare.h"
 #include "preload/util.h"
@@ -54,6 +55,7 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	s->connect_report = SHUNT_CONNECT_NONE;
 	s->listener = 0;
 	s->bells = s->doorbell = s->announce = -1;
+	s->accept_ep = s->accept_bells = s->accept_baton = -1;
 	s->announce_pid = 0;
 	s->conn = NULL;
 	s->retired = NULL;
@@ -106,6 +108,7 @@ int shunt_sock_register(struct shunt_sock *s, int fd)
 	s->doorbell = got.doorbell;
 	s->announce = got.announce;
 	s->announce_pid = shunt_pid;
+	shunt_listen_wait_open(s, fd);
 	return 0;
 }
 
@@ -145,6 +148,7 @@ void shunt_sock_close_bells(struct shunt_sock *s)
 		shunt_close_hidden(s->bells);
 	s->bells = -1;
 	shunt_sock_close_doorbells(s);
+	shunt_listen_wait_close(s);
 }
 
 static void release(struct shunt_sock *s)

@@ -62,6 +62,15 @@ struct shunt_sock {
 	 */
 	int bells;
 	/*
+	 * Where accept() sleeps (preload/listenwait.h): our epoll instance
+	 * of the kernel socket, the bells it holds (@accept_bells) and its
+	 * baton (a hidden eventfd), shared with the processes forked from
+	 * ours; or -1. Under lock.
+	 */
+	int accept_ep;
+	int accept_bells;
+	int accept_baton;
+	/*
 	 * shuntd's doorbell of the listener and our session's announce of
 	 * new channels (hidden eventfds), with the bells of the channels this
 	 * process has: what an EPOLLEXCLUSIVE registration, which the bells

@@ -30,6 +30,7 @@
 #include "preload/fork.h"
 #include "preload/journal.h"
 #include "preload/libc.h"
+#include "preload/listenwait.h"
 #include "preload/ops.h"
 #include "preload/relisten.h"
 #include "preload/sandbox.h"
@@ -1000,6 +1001,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 	 * out for STALE_WAIT_NS, and looks at our channels after.
 	 */
 	bool stale = false;
+	bool shared = false;	/* the last wait woke in the listener's shared instance */
 
 	if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC))
 		return -EINVAL;
@@ -1038,6 +1040,9 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			shunt_fork_enter();
 			r = accept_circuit(s, kfd, addr, alen, flags);
 			shunt_fork_leave();
+			if (r >= 0 && shared)
+				shunt_listen_wait_pass(s, p[1].fd);
+			shared = false;
 			if (r == -EALREADY) {
 				stale = true;
 				r = -EAGAIN;
@@ -1100,7 +1105,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			tsp = &ts;
 			stale = false;
 		}
-		r = (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
+		r = shunt_listen_wait(s, p, tsp, &shared);
 		if (r < 0 && errno == EINTR && (deadline || !handlers_restart())) {
 			r = -EINTR;
 			break;

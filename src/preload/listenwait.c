@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: MIT
+/* Where a blocking accept() sleeps: see listenwait.h. */
+#include <errno.h>
+#include <limits.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include "common/sys.h"
+#include "preload/chan.h"
+#include "preload/fdlimit.h"
+#include "preload/listenwait.h"
+#include "preload/seccomp.h"
+#include "preload/sock.h"
+#include "preload/util.h"
+
+/*
+ * The epoll data of what the instance holds. The kernel socket is
+ * level-triggered: the kernel's accept takes at once what woke a sleeper.
+ * The bells are edge-triggered: level-triggered, a sleeper that took them
+ * would wake the next at once (epoll puts a level-triggered entry back,
+ * and wakes another sleeper while it is still readable), and that one the
+ * next, every sleeper in turn until the first had taken the connection.
+ * An edge (a client's ring) wakes one sleeper; the baton, an eventfd, is
+ * rung by a sleeper that took one connection of several, for the next.
+ */
+enum {
+	KERNEL_SLOT = 0,	/* p[0] */
+	BELLS_SLOT = 1,		/* p[1] */
+	BATON_SLOT = 2,		/* p[1] too: look at the bells */
+	SMALL_LIMIT = 1024,	/* descriptors, below which none is spent on speed */
+};
+
+void shunt_listen_wait_close(struct shunt_sock *s)
+{
+	if (s->accept_ep >= 0)
+		shunt_close_hidden(s->accept_ep);
+	if (s->accept_baton >= 0)
+		shunt_close_hidden(s->accept_baton);
+	s->accept_ep = s->accept_bells = s->accept_baton = -1;
+}
+
+/* Put @fd in instance @ep as @slot, readable. */
+static int add(int ep, int fd, uint32_t slot)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = slot };
+
+	if (slot != KERNEL_SLOT)
+		ev.events |= EPOLLET;
+	return (int)shunt_syscall(SYS_epoll_ctl, ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void shunt_listen_wait_open(struct shunt_sock *s, int fd)
+{
+	int ep, baton;
+
+	shunt_listen_wait_close(s);
+	/*
+	 * A filter may forbid what the instance takes; and without a reserve
+	 * above the program's descriptor limit its two descriptors are the
+	 * program's, which a small limit cannot spare. accept() ppolls then.
+	 */
+	if (s->bells < 0 || shunt_seccomp_active() ||
+	    (shunt_fdlimit_reserve_start() == LONG_MAX && shunt_fdlimit_open_max() < SMALL_LIMIT))
+		return;
+	ep = (int)shunt_syscall(SYS_epoll_create1, EPOLL_CLOEXEC);
+	if (ep >= 0)
+		ep = shunt_fd_hide(ep);
+	if (ep < 0)
+		return;
+	baton = (int)shunt_syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (baton >= 0)
+		baton = shunt_fd_hide(baton);
+	if (baton < 0) {
+		shunt_close_hidden(ep);
+		return;
+	}
+	/*
+	 * The kernel socket stays in it while the socket lives, whichever
+	 * descriptor of it was closed: an epoll registration goes with the
+	 * file, not with the number it was made under.
+	 */
+	s->accept_ep = ep;
+	s->accept_baton = baton;
+	if (add(ep, fd, KERNEL_SLOT) < 0 || add(ep, s->bells, BELLS_SLOT) < 0 ||
+	    add(ep, baton, BATON_SLOT) < 0) {
+		shunt_listen_wait_close(s);
+		return;
+	}
+	s->accept_bells = s->bells;
+}
+
+void shunt_listen_wait_rebell(struct shunt_sock *s, int old, int bell)
+{
+	if (s->accept_ep < 0)
+		return;
+	s->accept_bells = -1;
+	if (shunt_seccomp_active())
+		return;
+	/*
+	 * A process forked from ours may have moved the instance on first
+	 * (ENOENT, EEXIST). Sleepers in it sleep on the new bells from now on,
+	 * so the old ones ringing for good (relisten.c) need not reach them.
+	 */
+	(void)!shunt_syscall(SYS_epoll_ctl, s->accept_ep, EPOLL_CTL_DEL, old, NULL);
+	if (bell >= 0 && (add(s->accept_ep, bell, BELLS_SLOT) == 0 || errno == EEXIST))
+		s->accept_bells = bell;
+}
+
+/* @tsp in milliseconds for epoll_wait(), rounded up: a sleep never ends early. */
+static int millis(const struct timespec *tsp)
+{
+	if (!tsp)
+		return -1;
+	if (tsp->tv_sec >= INT_MAX / 1000 - 1)
+		return INT_MAX;
+	return (int)(tsp->tv_sec * 1000 + (tsp->tv_nsec + 999999) / 1000000);
+}
+
+int shunt_listen_wait(struct shunt_sock *s, struct pollfd p[2], const struct timespec *tsp,
+		      bool *shared)
+{
+	struct epoll_event ev[3];
+	int ep = s->accept_ep, n, ready = 0;
+
+	*shared = false;
+	/* Without the bells (they ring for nothing), or ones it does not hold. */
+	if (ep < 0 || p[1].fd < 0 || p[1].fd != s->accept_bells || shunt_seccomp_active())
+		return (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
+	n = (int)shunt_syscall(SYS_epoll_pwait, ep, ev, 3, millis(tsp), NULL, 8);
+	if (n < 0) {
+		if (errno == EINTR)
+			return -1;
+		return (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
+	}
+	p[0].revents = p[1].revents = 0;
+	/* EPOLLIN, EPOLLERR and EPOLLHUP are POLLIN, POLLERR and POLLHUP. */
+	for (int i = 0; i < n; i++) {
+		uint32_t slot = ev[i].data.u32 == BATON_SLOT ? BELLS_SLOT : ev[i].data.u32;
+
+		if (slot <= BELLS_SLOT)
+			p[slot].revents |= (short)(ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP));
+	}
+	for (int i = 0; i < 2; i++)
+		ready += p[i].revents != 0;
+	*shared = p[1].revents != 0;
+	return ready;
+}
+
+void shunt_listen_wait_pass(struct shunt_sock *s, int bells)
+{
+	struct pollfd p = { bells, POLLIN, 0 };
+	struct timespec now = { 0, 0 };
+	uint64_t one = 1;
+	int baton = s->accept_baton;
+
+	if (baton < 0 || bells != s->accept_bells)
+		return;
+	/* Queued in our channels (shared memory says so), or counted on the bells. */
+	if (!shunt_chan_pending(s->listener) &&
+	    shunt_syscall(SYS_ppoll, &p, 1, &now, NULL, 8) <= 0)
+		return;
+	(void)!shunt_syscall(SYS_write, baton, &one, sizeof(one));
+}
