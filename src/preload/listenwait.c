@@ -14,14 +14,13 @@
 #include "preload/util.h"
 
 /*
- * The epoll data of what the instance holds. The kernel socket is
- * level-triggered: the kernel's accept takes at once what woke a sleeper.
- * The bells are edge-triggered: level-triggered, a sleeper that took them
- * would wake the next at once (epoll puts a level-triggered entry back,
- * and wakes another sleeper while it is still readable), and that one the
- * next, every sleeper in turn until the first had taken the connection.
- * An edge (a client's ring) wakes one sleeper; the baton, an eventfd, is
- * rung by a sleeper that took one connection of several, for the next.
+ * The epoll data of what the instance holds, each edge-triggered: a
+ * level-triggered entry is put back on the ready list by the sleeper that
+ * takes it, which then wakes the next sleeper if the entry is still
+ * readable, and that one the next: every sleeper in turn, until the first
+ * has accepted. An edge (a client's ring, a connection in the kernel's
+ * queue) wakes one sleeper; the baton, an eventfd, is rung by a sleeper
+ * that took one connection of several, for the next.
  */
 enum {
 	KERNEL_SLOT = 0,	/* p[0] */
@@ -42,10 +41,8 @@ void shunt_listen_wait_close(struct shunt_sock *s)
 /* Put @fd in instance @ep as @slot, readable. */
 static int add(int ep, int fd, uint32_t slot)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = slot };
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u32 = slot };
 
-	if (slot != KERNEL_SLOT)
-		ev.events |= EPOLLET;
 	return (int)shunt_syscall(SYS_epoll_ctl, ep, EPOLL_CTL_ADD, fd, &ev);
 }
 
@@ -119,45 +116,39 @@ static int millis(const struct timespec *tsp)
 int shunt_listen_wait(struct shunt_sock *s, struct pollfd p[2], const struct timespec *tsp,
 		      bool *shared)
 {
+	static const struct timespec now = { 0, 0 };
 	struct epoll_event ev[3];
-	int ep = s->accept_ep, n, ready = 0;
+	int ep = s->accept_ep, n;
 
 	*shared = false;
 	/* Without the bells (they ring for nothing), or ones it does not hold. */
 	if (ep < 0 || p[1].fd < 0 || p[1].fd != s->accept_bells || shunt_seccomp_active())
 		return (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
 	n = (int)shunt_syscall(SYS_epoll_pwait, ep, ev, 3, millis(tsp), NULL, 8);
-	if (n < 0) {
-		if (errno == EINTR)
-			return -1;
-		return (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
-	}
-	p[0].revents = p[1].revents = 0;
-	/* EPOLLIN, EPOLLERR and EPOLLHUP are POLLIN, POLLERR and POLLHUP. */
-	for (int i = 0; i < n; i++) {
-		uint32_t slot = ev[i].data.u32 == BATON_SLOT ? BELLS_SLOT : ev[i].data.u32;
-
-		if (slot <= BELLS_SLOT)
-			p[slot].revents |= (short)(ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP));
-	}
-	for (int i = 0; i < 2; i++)
-		ready += p[i].revents != 0;
-	*shared = p[1].revents != 0;
-	return ready;
+	if (n < 0 && errno == EINTR)
+		return -1;
+	if (n == 0)
+		return 0;
+	*shared = n > 0;
+	/*
+	 * What to do is what is there now, not the edge that woke us: the
+	 * baton says only "look", and a shut-down listener its hang-up once.
+	 */
+	return (int)shunt_syscall(SYS_ppoll, p, 2, n > 0 ? &now : tsp, NULL, 8);
 }
 
-void shunt_listen_wait_pass(struct shunt_sock *s, int bells)
+void shunt_listen_wait_pass(struct shunt_sock *s, int kfd, int bells)
 {
-	struct pollfd p = { bells, POLLIN, 0 };
+	struct pollfd p[2] = { { kfd, POLLIN, 0 }, { bells, POLLIN, 0 } };
 	struct timespec now = { 0, 0 };
 	uint64_t one = 1;
 	int baton = s->accept_baton;
 
 	if (baton < 0 || bells != s->accept_bells)
 		return;
-	/* Queued in our channels (shared memory says so), or counted on the bells. */
+	/* Queued in our channels (shared memory says so), in the kernel, or on the bells. */
 	if (!shunt_chan_pending(s->listener) &&
-	    shunt_syscall(SYS_ppoll, &p, 1, &now, NULL, 8) <= 0)
+	    shunt_syscall(SYS_ppoll, p, 2, &now, NULL, 8) <= 0)
 		return;
 	(void)!shunt_syscall(SYS_write, baton, &one, sizeof(one));
 }

@@ -34,17 +34,18 @@ void shunt_listen_wait_close(struct shunt_sock *s);
  * Sleep until p[0] (the kernel socket) or p[1] (the bells, or -1 for
  * none) is readable, or @tsp passes (NULL: no limit), with the result
  * ppoll(p, 2, tsp, NULL) would have: the count of ready entries, their
- * revents set, or -1 and errno. @shared: whether the bells woke us in the
- * shared instance, where one sleeper wakes per ring: the caller that takes
- * a connection then calls shunt_listen_wait_pass().
+ * revents set, or -1 and errno. @shared: whether we woke in the shared
+ * instance, where one sleeper wakes per event: the caller calls
+ * shunt_listen_wait_pass() when it is done.
  */
 int shunt_listen_wait(struct shunt_sock *s, struct pollfd p[2], const struct timespec *tsp,
 		      bool *shared);
 
 /*
- * Having taken a connection after a shared wake on bells @bells: if more
- * are queued, wake the next sleeper, as a ring for each would have.
+ * After a shared wake, done (a connection taken, or not), with kernel
+ * socket @kfd and bells @bells: if connections are still queued, wake the
+ * next sleeper, as an event for each would have.
  */
-void shunt_listen_wait_pass(struct shunt_sock *s, int bells);
+void shunt_listen_wait_pass(struct shunt_sock *s, int kfd, int bells);
 
 #endif

@@ -1040,9 +1040,6 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			shunt_fork_enter();
 			r = accept_circuit(s, kfd, addr, alen, flags);
 			shunt_fork_leave();
-			if (r >= 0 && shared)
-				shunt_listen_wait_pass(s, p[1].fd);
-			shared = false;
 			if (r == -EALREADY) {
 				stale = true;
 				r = -EAGAIN;
@@ -1113,6 +1110,9 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 		/* What woke us is in p: no second look before acting on it. */
 		polled = r > 0;
 	}
+	/* Woken alone for what may have been several: the next sleeper's turn. */
+	if (shared)
+		shunt_listen_wait_pass(s, kfd, p[1].fd);
 	if (kfd != fd)
 		shunt_close_hidden(kfd);
 	return r;
