@@ -125,16 +125,16 @@ int shunt_listen_wait(struct shunt_sock *s, struct pollfd p[2], const struct tim
 	if (ep < 0 || p[1].fd < 0 || p[1].fd != s->accept_bells || shunt_seccomp_active())
 		return (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
 	n = (int)shunt_syscall(SYS_epoll_pwait, ep, ev, 3, millis(tsp), NULL, 8);
-	if (n < 0 && errno == EINTR)
-		return -1;
-	if (n == 0)
-		return 0;
-	*shared = n > 0;
+	if (n < 0 && errno != EINTR)
+		return (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
+	if (n <= 0)
+		return n;	/* a signal, or the time is up */
+	*shared = true;
 	/*
 	 * What to do is what is there now, not the edge that woke us: the
 	 * baton says only "look", and a shut-down listener its hang-up once.
 	 */
-	return (int)shunt_syscall(SYS_ppoll, p, 2, n > 0 ? &now : tsp, NULL, 8);
+	return (int)shunt_syscall(SYS_ppoll, p, 2, &now, NULL, 8);
 }
 
 void shunt_listen_wait_pass(struct shunt_sock *s, int kfd, int bells)
