@@ -12,6 +12,10 @@ Shapes:
            then closes them all.
   prefork  4 client processes against 4 forked workers accepting on one
            listener, each client --count connections: connections/s.
+  workers  one client looping as above against the 4 workers, 3 of whom
+           are asleep in accept() at any time (a prefork server at low
+           load): time per connection, where a wait that woke every worker
+           for each connection would show.
   spawn    a process per connection (a health check, a CGI client): one
            parent starts --spawn children one after another, each connects
            once (and echoes 1 byte) and exits: time per process, start-up
@@ -40,7 +44,7 @@ from core import (REPO, free_tcp_port, last_json, log, mode_envs, read_stats, sp
                   stop_daemon, wait_ready, write_doc)
 from machine import git_info, machine_info
 
-SHAPES = ["loop", "burst", "prefork", "spawn", "memory"]
+SHAPES = ["loop", "burst", "prefork", "workers", "spawn", "memory"]
 PREFORK = 4
 
 
@@ -165,6 +169,13 @@ def do_prefork(b, args, mode):
     return once, ("conns_per_s",)
 
 
+def do_workers(b, args, mode):
+    def once():
+        recs, _, on_shm = b.session(mode, PREFORK, [["loop", "--count", str(args.count)]])
+        return {"per_conn_us": recs[0]["per_conn_us"], "on_shm": on_shm}
+    return once, ("per_conn_us",)
+
+
 def do_spawn(b, args, mode):
     def once():
         recs, _, on_shm = b.session(mode, 1, [["spawn", "--count", str(args.spawn)]])
@@ -207,6 +218,11 @@ def targets(doc):
         add(s["conns_per_s"] >= 2 * k["conns_per_s"],
             "prefork 4x4: %.0f conn/s, kernel %.0f: %.2fx (need >= 2x)" % (
                 s["conns_per_s"], k["conns_per_s"], s["conns_per_s"] / k["conns_per_s"]))
+    if "workers" in doc:
+        k, s = doc["workers"]["kernel"], doc["workers"]["shunt"]
+        add(s["per_conn_us"] <= k["per_conn_us"],
+            "workers: one client against %d: %.1f us per connection, kernel %.1f us "
+            "(need <= kernel)" % (PREFORK, s["per_conn_us"], k["per_conn_us"]))
     if "spawn" in doc:
         k, s = doc["spawn"]["kernel"], doc["spawn"]["shunt"]
         add(s["per_process_us"] <= k["per_process_us"],
@@ -238,6 +254,7 @@ def plot(doc, path):
                         ("close_us", "close"), ("per_conn_us", "whole loop")], "us"),
               ("burst", [("open_s", "open"), ("close_s", "close")], "s"),
               ("prefork", [("conns_per_s", "connections/s")], "/s"),
+              ("workers", [("per_conn_us", "per connection")], "us"),
               ("spawn", [("per_process_us", "per process")], "us")]
     panels = [p for p in panels if p[0] in doc]
     if not panels:
@@ -272,7 +289,8 @@ def main():
                                    datetime.datetime.utcnow().strftime("%Y%m%dT%H%M%SZ"))
     os.makedirs(out, exist_ok=True)
     doc = {"machine": machine_info(), "git": git_info(REPO), "args": vars(args)}
-    fns = {"loop": do_loop, "burst": do_burst, "prefork": do_prefork, "spawn": do_spawn}
+    fns = {"loop": do_loop, "burst": do_burst, "prefork": do_prefork, "workers": do_workers,
+           "spawn": do_spawn}
     with tempfile.TemporaryDirectory(prefix="shunt-connect-") as tmp:
         b = Bench(args, tmp)
         try:
