@@ -2,6 +2,7 @@
 /* Where a blocking accept() sleeps: see listenwait.h. */
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
@@ -31,11 +32,14 @@ enum {
 
 void shunt_listen_wait_close(struct shunt_sock *s)
 {
-	if (s->accept_ep >= 0)
-		shunt_close_hidden(s->accept_ep);
-	if (s->accept_baton >= 0)
-		shunt_close_hidden(s->accept_baton);
+	int ep = s->accept_ep, baton = s->accept_baton;
+
+	/* Unpublished first: a wait that starts now ppolls. */
 	s->accept_ep = s->accept_bells = s->accept_baton = -1;
+	if (ep >= 0)
+		shunt_close_hidden(ep);
+	if (baton >= 0)
+		shunt_close_hidden(baton);
 }
 
 /* Put @fd in instance @ep as @slot, readable. */
@@ -118,11 +122,13 @@ int shunt_listen_wait(struct shunt_sock *s, struct pollfd p[2], const struct tim
 {
 	static const struct timespec now = { 0, 0 };
 	struct epoll_event ev[3];
-	int ep = s->accept_ep, n;
+	int ep = atomic_load_explicit(&s->accept_ep, memory_order_relaxed), n;
 
 	*shared = false;
 	/* Without the bells (they ring for nothing), or ones it does not hold. */
-	if (ep < 0 || p[1].fd < 0 || p[1].fd != s->accept_bells || shunt_seccomp_active())
+	if (ep < 0 || p[1].fd < 0 ||
+	    p[1].fd != atomic_load_explicit(&s->accept_bells, memory_order_relaxed) ||
+	    shunt_seccomp_active())
 		return (int)shunt_syscall(SYS_ppoll, p, 2, tsp, NULL, 8);
 	n = (int)shunt_syscall(SYS_epoll_pwait, ep, ev, 3, millis(tsp), NULL, 8);
 	if (n < 0 && errno != EINTR)
@@ -142,9 +148,9 @@ void shunt_listen_wait_pass(struct shunt_sock *s, int kfd, int bells)
 	struct pollfd p[2] = { { kfd, POLLIN, 0 }, { bells, POLLIN, 0 } };
 	struct timespec now = { 0, 0 };
 	uint64_t one = 1;
-	int baton = s->accept_baton;
+	int baton = atomic_load_explicit(&s->accept_baton, memory_order_relaxed);
 
-	if (baton < 0 || bells != s->accept_bells)
+	if (baton < 0 || bells != atomic_load_explicit(&s->accept_bells, memory_order_relaxed))
 		return;
 	/* Queued in our channels (shared memory says so), in the kernel, or on the bells. */
 	if (!shunt_chan_pending(s->listener) &&

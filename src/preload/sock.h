@@ -65,11 +65,12 @@ struct shunt_sock {
 	 * Where accept() sleeps (preload/listenwait.h): our epoll instance
 	 * of the kernel socket, the bells it holds (@accept_bells) and its
 	 * baton (a hidden eventfd), shared with the processes forked from
-	 * ours; or -1. Under lock.
+	 * ours; or -1. Written under lock, read by accept() without it
+	 * (relaxed: an old value sends one wait to ppoll, as without them).
 	 */
-	int accept_ep;
-	int accept_bells;
-	int accept_baton;
+	_Atomic int accept_ep;
+	_Atomic int accept_bells;
+	_Atomic int accept_baton;
 	/*
 	 * shuntd's doorbell of the listener and our session's announce of
 	 * new channels (hidden eventfds), with the bells of the channels this
