@@ -20,6 +20,23 @@ BUILD = pathlib.Path(os.environ.get("SHUNT_BUILD_DIR", REPO / "build"))
 SHUNT = BUILD / "src" / "cli" / "shunt"
 
 
+def tcp_ports(listening_only):
+    """Local ports of this host's TCP sockets (/proc/net/tcp and tcp6), or of
+    its listening ones only."""
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if not listening_only or fields[3] == "0A":
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
+    return ports
+
+
 class Runner:
     """Starts server/client pairs plain or under shunt, pinned a core apart."""
 
@@ -27,7 +44,9 @@ class Runner:
         self.workdir = pathlib.Path(workdir)
         self.socket = str(self.workdir / "shuntd.sock")
         self.stats = self.workdir / "stats.jsonl"
-        self.port = 20000 + os.getpid() % 20000
+        # Below the ephemeral range (32768 up), where a connection of
+        # anyone's may hold the port a server here wants.
+        self.port = 20000 + os.getpid() % 10000
         ncpu = os.cpu_count() or 1
         self.pin = (["taskset", "-c", "0"], ["taskset", "-c", "1"]) if ncpu >= 2 else ([], [])
 
@@ -45,13 +64,21 @@ class Runner:
 
     def pair(self, server, client, shunt, timeout=60):
         """Run a server in the background and a client to completion."""
+        taken = tcp_ports(False)
         self.port += 1
+        while self.port in taken:
+            self.port += 1
         port = str(self.port)
         srv = subprocess.Popen(self.wrap([a.replace("{port}", port) for a in server], shunt, 0),
                                env=self.env(shunt), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, cwd=self.workdir)
         try:
-            time.sleep(0.3)
+            # The client connects once the server listens, not after a guess.
+            deadline = time.monotonic() + 10
+            while self.port not in tcp_ports(True):
+                if srv.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{server[0]} did not listen on port {port}")
+                time.sleep(0.01)
             out = subprocess.run(self.wrap([a.replace("{port}", port) for a in client], shunt, 1),
                                  env=self.env(shunt), capture_output=True, text=True,
                                  timeout=timeout, cwd=self.workdir)
