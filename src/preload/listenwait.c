@@ -30,6 +30,9 @@ enum {
 	SMALL_LIMIT = 1024,	/* descriptors, below which none is spent on speed */
 };
 
+/* A ppoll() that only looks. */
+static const struct timespec look_only = { 0, 0 };
+
 void shunt_listen_wait_close(struct shunt_sock *s)
 {
 	int ep = s->accept_ep, baton = s->accept_baton;
@@ -120,7 +123,6 @@ static int millis(const struct timespec *tsp)
 int shunt_listen_wait(struct shunt_sock *s, struct pollfd p[2], const struct timespec *tsp,
 		      bool *shared)
 {
-	static const struct timespec now = { 0, 0 };
 	struct epoll_event ev[3];
 	int ep = atomic_load_explicit(&s->accept_ep, memory_order_relaxed), n;
 
@@ -140,13 +142,12 @@ int shunt_listen_wait(struct shunt_sock *s, struct pollfd p[2], const struct tim
 	 * What to do is what is there now, not the edge that woke us: the
 	 * baton says only "look", and a shut-down listener its hang-up once.
 	 */
-	return (int)shunt_syscall(SYS_ppoll, p, 2, &now, NULL, 8);
+	return (int)shunt_syscall(SYS_ppoll, p, 2, &look_only, NULL, 8);
 }
 
 void shunt_listen_wait_pass(struct shunt_sock *s, int kfd, int bells)
 {
 	struct pollfd p[2] = { { kfd, POLLIN, 0 }, { bells, POLLIN, 0 } };
-	struct timespec now = { 0, 0 };
 	uint64_t one = 1;
 	int baton = atomic_load_explicit(&s->accept_baton, memory_order_relaxed);
 
@@ -154,7 +155,7 @@ void shunt_listen_wait_pass(struct shunt_sock *s, int kfd, int bells)
 		return;
 	/* Queued in our channels (shared memory says so), in the kernel, or on the bells. */
 	if (!shunt_chan_pending(s->listener) &&
-	    shunt_syscall(SYS_ppoll, p, 2, &now, NULL, 8) <= 0)
+	    shunt_syscall(SYS_ppoll, p, 2, &look_only, NULL, 8) <= 0)
 		return;
 	(void)!shunt_syscall(SYS_write, baton, &one, sizeof(one));
 }

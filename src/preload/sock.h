@@ -65,8 +65,10 @@ struct shunt_sock {
 	 * Where accept() sleeps (preload/listenwait.h): our epoll instance
 	 * of the kernel socket, the bells it holds (@accept_bells) and its
 	 * baton (a hidden eventfd), shared with the processes forked from
-	 * ours; or -1. Written under lock, read by accept() without it
-	 * (relaxed: an old value sends one wait to ppoll, as without them).
+	 * ours; or -1. Written under lock, read by accept() without it,
+	 * relaxed: the instance and the baton change only when the listener
+	 * registers or goes, and a relisten moves @accept_bells in place, so
+	 * that a wait that read the old bells ppolls once.
 	 */
 	_Atomic int accept_ep;
 	_Atomic int accept_bells;
