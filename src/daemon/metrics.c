@@ -189,6 +189,29 @@ static void render_netns(struct shuntd *d, struct out *o)
 	    (unsigned long long)s.verify_mismatches);
 }
 
+/* The requests shuntd answered, and how long it took from reading one to being done with it. */
+static void render_requests(struct shuntd *d, struct out *o)
+{
+	static const char *const names[SHUNT_MSG_TYPE_MAX + 1] = {
+#define NAME(type, request, reply, nfds, answered, handler) [SHUNT_MSG_##type] = #type,
+		SHUNT_REQUESTS(NAME)
+#undef NAME
+	};
+
+	help(o, "shunt_requests_total", "counter", "Requests from processes handled, by type.");
+	for (unsigned t = 0; t <= SHUNT_MSG_TYPE_MAX; t++)
+		if (names[t])
+			put(o, "shunt_requests_total{type=\"%s\"} %llu\n", names[t],
+			    (unsigned long long)d->requests[t]);
+	help(o, "shunt_request_seconds_total", "counter",
+	     "Time spent handling requests, by type, from reading one to being done with it "
+	     "(its reply sent): divided by shunt_requests_total, what one costs the loop.");
+	for (unsigned t = 0; t <= SHUNT_MSG_TYPE_MAX; t++)
+		if (names[t])
+			put(o, "shunt_request_seconds_total{type=\"%s\"} %.9f\n", names[t],
+			    (double)d->request_ns[t] / 1e9);
+}
+
 static void render(struct shuntd *d, struct out *o)
 {
 	uint64_t live_bytes = 0, circuits = 0, denials_kernel = 0, denials_refused = 0;
@@ -250,6 +273,7 @@ static void render(struct shuntd *d, struct out *o)
 	put(o, "shunt_bytes_total %llu\n", (unsigned long long)(d->bytes_closed + live_bytes));
 	help(o, "shunt_sessions_total", "counter", "Processes that connected to shuntd.");
 	put(o, "shunt_sessions_total %llu\n", (unsigned long long)d->sessions_total);
+	render_requests(d, o);
 	render_netns(d, o);
 }
 

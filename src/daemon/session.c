@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/sys.h"
 #include "daemon/shuntd.h"
 
 /*
@@ -171,6 +172,7 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 {
 	const struct shunt_msg_hdr *h = buf;
 	const struct shunt_request_kind *k = shunt_request_kind(h->type);
+	int64_t t0 = shunt_sys_now_ns();
 
 	if (!k || nfds != k->fds) {
 		shunt_info("session %llu (pid %d): message type %u with %u descriptors refused",
@@ -194,6 +196,8 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 #undef TAKES_1
 #undef TAKES_0
 	}
+	d->requests[h->type]++;
+	d->request_ns[h->type] += (uint64_t)(shunt_sys_now_ns() - t0);
 }
 
 void shuntd_session_input(struct shuntd *d, struct session *s)

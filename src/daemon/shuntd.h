@@ -95,6 +95,9 @@ struct shuntd {
 	uint64_t sessions_total;
 	uint64_t fallbacks[SHUNT_FALLBACK_REASONS];
 	uint64_t bytes_closed;		/* bytes moved by circuits since destroyed */
+	/* Requests handled, and the time spent on them (ns), by type: for the metrics. */
+	uint64_t requests[SHUNT_MSG_TYPE_MAX + 1];
+	uint64_t request_ns[SHUNT_MSG_TYPE_MAX + 1];
 	struct shunt_policy *policy;	/* tenants, limits, rules */
 	struct tenant *tenants;		/* every tenant seen, for accounting */
 	struct policy_pair *pairs;	/* policy fallbacks by tenants and rule */

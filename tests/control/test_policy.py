@@ -552,6 +552,25 @@ def test_metrics_on_loopback_port(daemon):
     assert m["shunt_sessions"] == 0 and "shunt_bytes_total" in m, m
 
 
+def test_request_metrics(daemon):
+    """The metrics count the requests shuntd handled by type, and the time
+    they took: a server and a client of two connections asked HELLO (each),
+    LISTEN (once) and CONNECT (the client's first connect, for its channel)."""
+    d = daemon("")
+    port = free_port()
+    d.server(port)
+    out, st, _ = d.client("127.0.0.1", port, 2)
+    assert out == ["ok", "ok"] and st.get("shm_connect") == 2, st
+    m = d.scrape()
+    count = {t: m[f'shunt_requests_total{{type="{t}"}}'] for t in ("HELLO", "LISTEN", "CONNECT")}
+    assert count["HELLO"] >= 2 and count["LISTEN"] == 1 and count["CONNECT"] >= 1, m
+    for t, n in count.items():
+        # Each took some time, and none a second (the test's whole run is less).
+        assert 0 < m[f'shunt_request_seconds_total{{type="{t}"}}'] < n, (t, m)
+    assert m['shunt_requests_total{type="EXEC_NEXT"}'] == 0, m
+    assert m['shunt_request_seconds_total{type="EXEC_NEXT"}'] == 0, m
+
+
 def test_bad_policy_refuses_to_start(build_dir, tmp_path):
     """A daemon never runs with a policy it could not read: it exits and
     names the file and line."""
