@@ -397,7 +397,11 @@ def test_no_netlink_round_trip_in_the_common_case(daemons, net):
     assert d.shm(after) - d.shm(before) == 400
     assert request_counts(after) == request_counts(before), (request_counts(before),
                                                              request_counts(after))
-    assert after["shunt_netlink_connect_requests_total"] == 0, after
+    # The warm-up's first connects may ask, when they come while the
+    # namespace's first dump is still on its way (about 1 run in 10 here);
+    # once the views are filled, none does.
+    assert after["shunt_netlink_connect_requests_total"] == \
+        before["shunt_netlink_connect_requests_total"], (before, after)
     assert after['shunt_route_lookups_total{from="facts"}'] - \
         before['shunt_route_lookups_total{from="facts"}'] >= 800   # there and back, each
     if not shutil.which("strace"):
