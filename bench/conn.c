@@ -23,7 +23,8 @@
  *       program as `loop --count 1` (one connection, as a health check or a
  *       CGI client makes); the parent waits for it. Under `shunt run` each
  *       child is a new process of the library: it starts, says HELLO, gets
- *       its channel, connects once and exits.
+ *       its channel, connects once and exits. Reports the wall time and
+       the children's CPU time (getrusage) per process.
  *
  * Prints one JSON object on stdout.
  */
@@ -41,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -321,7 +323,8 @@ static int run_spawn(const struct conn_args *a)
 {
 	char port[16];
 	uint64_t t0 = shunt_bench_now_ns();
-	double secs;
+	struct rusage ru;
+	double secs, cpu;
 
 	snprintf(port, sizeof(port), "%u", a->port);
 	for (uint64_t i = 0; i < a->count; i++) {
@@ -343,8 +346,14 @@ static int run_spawn(const struct conn_args *a)
 			shunt_bench_die(0, "a spawned client failed (status %d)", st);
 	}
 	secs = (double)(shunt_bench_now_ns() - t0) / 1e9;
+	/* What the children took of the CPU, their exec and their exit included. */
+	if (getrusage(RUSAGE_CHILDREN, &ru) < 0)
+		shunt_bench_die(errno, "getrusage");
+	cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+	      (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 	printf("{\"tool\":\"conn\",\"mode\":\"spawn\",\"count\":%" PRIu64 ",\"seconds\":%.6f,"
-	       "\"per_process_us\":%.3f}\n", a->count, secs, secs * 1e6 / (double)a->count);
+	       "\"per_process_us\":%.3f,\"child_cpu_us\":%.3f}\n", a->count, secs,
+	       secs * 1e6 / (double)a->count, cpu / (double)a->count);
 	return 0;
 }
 

@@ -20,8 +20,9 @@ Shapes:
            parent starts --spawn children one after another, each connects
            once (and echoes 1 byte) and exits: time per process, start-up
            of the library, its HELLO and its channel included, and the
-           CPU time of the whole machine per process (/proc/stat: the
-           children, the server and shuntd).
+           CPU time per process: of the whole machine (/proc/stat), and
+           apart, of the children (their rusage), of the server's
+           processes and of shuntd (/proc/PID/task/TID/schedstat).
   memory   memory per connection at rest: bench/memory.py (2,000
            connections after 1 KiB and after 256 KiB each way), its
            memory.json and memory.png in the same directory.
@@ -41,7 +42,7 @@ import tempfile
 import time
 
 from core import (REPO, free_tcp_port, last_json, log, mode_envs, read_stats, spawn, stop,
-                  stop_daemon, wait_ready, write_doc)
+                  stop_daemon, unix_listener_pids, wait_ready, write_doc)
 from machine import git_info, machine_info
 
 SHAPES = ["loop", "burst", "prefork", "workers", "spawn", "memory"]
@@ -74,6 +75,11 @@ class Bench:
         procs = []
         try:
             wait_ready(ready, srv, "conn server")
+            # The server's processes (its workers too) and shuntd's, for their CPU time.
+            servers = descendants(srv.pid)
+            daemons = (unix_listener_pids(self.shunt_env["SHUNT_SOCKET"])
+                       if mode == "shunt" else set())
+            server0, daemon0 = run_ns(servers), run_ns(daemons)
             busy0 = busy_s()
             t0 = time.monotonic()
             procs = [spawn(pre + [self.conn] + c + ["--port", str(port)], env) for c in clients]
@@ -86,6 +92,8 @@ class Bench:
                 recs.append(rec)
             wall = time.monotonic() - t0
             self.last_busy_s = busy_s() - busy0
+            self.last_server_s = (run_ns(servers) - server0) / 1e9
+            self.last_daemon_s = (run_ns(daemons) - daemon0) / 1e9
         finally:
             for p in procs:
                 stop(p)
@@ -111,6 +119,36 @@ class Bench:
 
 def median(xs):
     return statistics.median(xs) if xs else None
+
+
+def descendants(pid):
+    """@pid and the processes under it, as /proc lists their children."""
+    pids, i = [pid], 0
+    while i < len(pids):
+        try:
+            with open("/proc/%d/task/%d/children" % (pids[i], pids[i])) as f:
+                pids += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+        i += 1
+    return pids
+
+
+def run_ns(pids):
+    """Nanoseconds the threads of @pids have run so far (/proc/PID/task/TID/schedstat)."""
+    total = 0
+    for pid in pids:
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    return total
 
 
 def busy_s():
@@ -180,8 +218,12 @@ def do_spawn(b, args, mode):
     def once():
         recs, _, on_shm = b.session(mode, 1, [["spawn", "--count", str(args.spawn)]])
         return {"per_process_us": recs[0]["per_process_us"],
-                "cpu_per_process_us": b.last_busy_s * 1e6 / args.spawn, "on_shm": on_shm}
-    return once, ("per_process_us", "cpu_per_process_us")
+                "cpu_per_process_us": b.last_busy_s * 1e6 / args.spawn,
+                "child_cpu_us": recs[0]["child_cpu_us"],
+                "server_cpu_us": b.last_server_s * 1e6 / args.spawn,
+                "shuntd_cpu_us": b.last_daemon_s * 1e6 / args.spawn, "on_shm": on_shm}
+    return once, ("per_process_us", "cpu_per_process_us", "child_cpu_us", "server_cpu_us",
+                  "shuntd_cpu_us")
 
 
 def do_memory(args, out):
@@ -227,9 +269,11 @@ def targets(doc):
         k, s = doc["spawn"]["kernel"], doc["spawn"]["shunt"]
         add(s["per_process_us"] <= k["per_process_us"],
             "spawn: %.0f us per process that connects once, kernel %.0f us (need <= kernel); "
-            "CPU of the whole machine %.0f us per process, kernel %.0f us" % (
+            "CPU of the whole machine %.0f us per process, kernel %.0f us (the child %.0f "
+            "against %.0f, the server %.0f against %.0f, shuntd %.0f)" % (
                 s["per_process_us"], k["per_process_us"], s["cpu_per_process_us"],
-                k["cpu_per_process_us"]))
+                k["cpu_per_process_us"], s["child_cpu_us"], k["child_cpu_us"],
+                s["server_cpu_us"], k["server_cpu_us"], s["shuntd_cpu_us"]))
     if "memory" in doc:
         for t in doc["memory"].get("targets", []):
             add(t["pass"], "memory at rest after %d B each way: %.2f KiB per connection more "
