@@ -24,7 +24,7 @@
  *       CGI client makes); the parent waits for it. Under `shunt run` each
  *       child is a new process of the library: it starts, says HELLO, gets
  *       its channel, connects once and exits. Reports the wall time and
-       the children's CPU time (getrusage) per process.
+ *       the children's CPU time (getrusage) per process.
  *
  * Prints one JSON object on stdout.
  */
