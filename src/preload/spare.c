@@ -20,11 +20,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
 #include "common/addr.h"
 #include "common/sys.h"
+#include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/journal.h"
 #include "preload/ops.h"
@@ -33,11 +35,16 @@
 #include "preload/util.h"
 
 /*
- * Per family: enough for a server that closes a few connections between
- * two accepts while shuntd catches up with the journal; each costs a
- * hidden descriptor and an idle socket (about 2 KiB of kernel memory).
+ * Per family: enough for a server that accepts and closes connections
+ * while shuntd catches up with the journal, which it reads every 2-10 ms
+ * (a prefork worker closing 12,000 connections a second closes 25-125 in
+ * between). Each costs a hidden descriptor and an idle socket (about
+ * 3.5 KiB of kernel memory). Without a reserve above the program's
+ * descriptor limit the hidden descriptors are the program's, which then
+ * reaches EMFILE that many early: at most 1/SPARE_SHARE of its range is
+ * spent on spares.
  */
-enum { SPARE_MAX = 16 };
+enum { SPARE_MAX = 64, SPARE_SHARE = 64 };
 
 /* A kept half, as it was left: what its next owner may find different. */
 struct spare {
@@ -129,12 +136,25 @@ int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident)
 	return fd;
 }
 
+/* How many spares of a family may be kept now. */
+static unsigned room(void)
+{
+	long share;
+
+	if (shunt_fdlimit_reserve_start() != LONG_MAX)
+		return SPARE_MAX;
+	/* Numbers of the program's own: at most 1/64 of its range (16 of 1,024). */
+	share = shunt_fdlimit_open_max() / SPARE_SHARE;
+	return share < SPARE_MAX ? (unsigned)(share > 0 ? share : 0) : SPARE_MAX;
+}
+
 static bool full(unsigned i)
 {
+	unsigned most = room();
 	bool r;
 
 	pthread_mutex_lock(&spare_lock);
-	r = pool[i].n >= SPARE_MAX;
+	r = pool[i].n >= most;
 	pthread_mutex_unlock(&spare_lock);
 	return r;
 }
@@ -182,8 +202,10 @@ void shunt_spare_put(struct shunt_sock *s)
 	 */
 	if (atomic_load_explicit(&s->spare, memory_order_relaxed) && shunt_journal_mark(&sp.closed) &&
 	    shunt_journal_refusals() == s->spare_refusals && pristine(sp.fd, s->domain)) {
+		unsigned most = room();
+
 		pthread_mutex_lock(&spare_lock);
-		if (pool[i].n < SPARE_MAX) {
+		if (pool[i].n < most) {
 			pool[i].v[(pool[i].first + pool[i].n) % SPARE_MAX] = sp;
 			pool[i].n++;
 			sp.fd = -1;
