@@ -139,6 +139,16 @@ uint64_t shunt_journal_refusals(void)
 	return r;
 }
 
+bool shunt_journal_replaced(const struct shunt_journal_mark *m)
+{
+	bool r;
+
+	pthread_mutex_lock(&lock);
+	r = m->epoch != epoch;
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
 bool shunt_journal_read_past(const struct shunt_journal_mark *m)
 {
 	bool r;

@@ -57,6 +57,9 @@ bool shunt_journal_mark(struct shunt_journal_mark *m);
  */
 bool shunt_journal_read_past(const struct shunt_journal_mark *m);
 
+/* Whether a later journal (a new session, a restarted shuntd) replaced @m's. */
+bool shunt_journal_replaced(const struct shunt_journal_mark *m);
+
 /*
  * How many appends this process's journals refused as full, ever: when it
  * changed between two looks, something went to shuntd by message meanwhile,

@@ -67,12 +67,21 @@ static unsigned family(int domain)
 	return domain == AF_INET6;
 }
 
-/* The oldest spare of family @i that shuntd is done with, into @sp. */
+/*
+ * The oldest spare of family @i that shuntd is done with, into @sp. One
+ * marked in a journal a restart replaced would never be read past, and
+ * would hold up all the others: it goes.
+ */
 static bool pop_ready(unsigned i, struct spare *sp)
 {
 	bool r = false;
 
 	pthread_mutex_lock(&spare_lock);
+	while (pool[i].n && shunt_journal_replaced(&pool[i].v[pool[i].first].closed)) {
+		shunt_close_hidden(pool[i].v[pool[i].first].fd);
+		pool[i].first = (pool[i].first + 1) % SPARE_MAX;
+		pool[i].n--;
+	}
 	if (pool[i].n && shunt_journal_read_past(&pool[i].v[pool[i].first].closed)) {
 		*sp = pool[i].v[pool[i].first];
 		pool[i].first = (pool[i].first + 1) % SPARE_MAX;

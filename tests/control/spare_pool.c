@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
  * How many kernel halves of closed connections the next accepts reuse, for
- * test_spare_pool.py. Usage: spare_pool N SOFT HARD. It sets its
+ * test_spare_pool.py. Usage: spare_pool N SOFT HARD [restart]. It sets its
  * descriptor limits to SOFT and HARD, makes a listener and N connections
  * to it (each accepted), closes all of them, listens again (a request to
  * shuntd, which reads the journal first: every spare is then ready), makes
  * and accepts N more, and prints "reused K": how many of the new accepted
  * sockets have the inode of one accepted before (src/preload/spare.c).
  * With the kernel alone, 0: a new socket always has a new inode.
+ *
+ * With a fifth argument, "restart", it prints "closed" once the first N
+ * are closed and waits for a line on stdin (the test restarts shuntd
+ * meanwhile), then waits for the library's next session, and makes,
+ * accepts and closes N more before the last N: "reused K" then counts the
+ * halves of that middle round, which the spares of the first, kept under
+ * the dead shuntd's journal, must not keep out.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +80,37 @@ int main(int argc, char **argv)
 	}
 	if (listen(listener, 4096))
 		t_loopback_die("listen");
+	if (argc > 4 && !strcmp(argv[4], "restart")) {
+		char line[16];
+
+		printf("closed\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 2;
+		/*
+		 * One connection through which the library learns that shuntd
+		 * went, and one after the second it waits before it tries a
+		 * new session.
+		 */
+		for (int k = 0; k < 2; k++) {
+			int c = connected(), s;
+
+			accepted_inode(&s);
+			close(s);
+			close(c);
+			sleep(2);
+		}
+		for (int i = 0; i < n; i++) {
+			clients[i] = connected();
+			first[i] = accepted_inode(&servers[i]);
+		}
+		for (int i = 0; i < n; i++) {
+			close(servers[i]);
+			close(clients[i]);
+		}
+		if (listen(listener, 4096))
+			t_loopback_die("listen");
+	}
 	for (int i = 0; i < n; i++) {
 		unsigned long ino;
 

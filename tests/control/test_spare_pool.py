@@ -12,6 +12,7 @@ never reuses one, so the plain run says 0.
 """
 
 import subprocess
+import time
 
 import pytest
 
@@ -41,3 +42,26 @@ def reused(world, build_dir, count, soft, hard, shunt=True):
 def test_spares_kept(shuntd_world, build_dir, soft, hard, count, least, most):
     assert reused(shuntd_world, build_dir, count, soft, hard, shunt=False) == 0
     assert least <= reused(shuntd_world, build_dir, count, soft, hard) <= most
+
+
+def test_spares_after_restart(shuntd_world, build_dir):
+    """Spares kept under a shuntd that died wait for a journal that nobody
+    will read again: they must not keep the next session's out of the pool
+    (they held the pool's place for good before stop 29)."""
+    count = 40
+    stats = shuntd_world.dir / "stats.jsonl"
+    proc = shuntd_world.run_lines([build_dir / "tests" / "control" / "spare_pool", count,
+                                   1024, 4096, "restart"], stats, "spare_pool")
+    proc.read_until(time.monotonic() + HANG_S, "closed")
+    assert proc.lines.pop(0) == "closed", proc.history
+    shuntd_world.kill_daemon()
+    shuntd_world.start_daemon()
+    proc.send("go")
+    proc.read_until(time.monotonic() + HANG_S + 10, "reused")
+    word, k = proc.lines.pop(0).split()
+    assert word == "reused", proc.history
+    assert proc.proc.wait(timeout=HANG_S) == 0, proc.stderr()
+    _, total = shuntd_world.tools.read_stats(stats)
+    # All three rounds on shared memory, or the halves were never spares.
+    assert total.get("shm_accept", 0) >= 3 * count, total
+    assert 33 <= int(k) <= count, (k, proc.stderr())
