@@ -3,10 +3,13 @@
 plain or under `shunt run` with a per-session daemon socket, and how to read
 the SHUNT_STATS lines that processes under shunt append at exit."""
 
+import ctypes
+import errno
 import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -244,6 +247,53 @@ def shunt_cli(shunt_bin):
                         "Run only the plain half with `-m plain`.", pytrace=False)
         return shunt_bin
     return check
+
+
+# src/preload/spare.c keeps up to 64 spare kernel halves per address family.
+SPARES_MAX = 2 * 64
+_SYS_PIDFD_GETFD = 438
+
+
+def _is_spare(sock):
+    """Whether sock is what a spare kernel half is: a TCP socket not bound,
+    not listening and not connected."""
+    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) or sock.getsockname()[1]:
+        return False
+    try:
+        sock.getpeername()
+    except OSError:
+        return True
+    return False
+
+
+def spare_inodes(pid):
+    """The socket inodes of pid's spare kernel halves, which the library
+    keeps (at most SPARES_MAX) for its next accepted connections, so that a
+    count of descriptors can leave them out; each socket looked at through
+    a duplicate (pidfd_getfd: pid must be ours to trace, a child)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    found = set()
+    try:
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{name}")
+            except OSError:
+                continue
+            if not target.startswith("socket:["):
+                continue
+            fd = libc.syscall(_SYS_PIDFD_GETFD, pidfd, int(name), 0)
+            if fd < 0 and ctypes.get_errno() == errno.EBADF:
+                continue  # closed since the listing
+            assert fd >= 0, f"pidfd_getfd: {os.strerror(ctypes.get_errno())}"
+            with socket.socket(fileno=fd) as sock:
+                if _is_spare(sock):
+                    found.add(int(target[len("socket:["):-1]))
+    finally:
+        os.close(pidfd)
+    return found
 
 
 def session_processes(sock_path):
