@@ -25,17 +25,8 @@
 
 #include "t_loopback.h"
 
-static int listener, port;
-
-static int connected(void)
-{
-	struct sockaddr_in a = t_loopback_addr(port);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)))
-		t_loopback_die("connect");
-	return fd;
-}
+static int listener, port, n;
+static int *clients, *servers;
 
 static unsigned long accepted_inode(int *fd)
 {
@@ -47,20 +38,65 @@ static unsigned long accepted_inode(int *fd)
 	return (unsigned long)st.st_ino;
 }
 
+/* N connections, each accepted (the accepted sockets' inodes into @inodes). */
+static void open_round(unsigned long *inodes)
+{
+	for (int i = 0; i < n; i++) {
+		clients[i] = t_loopback_connect(port);
+		inodes[i] = accepted_inode(&servers[i]);
+	}
+}
+
+/* ...all closed, then listen() again: a request, before which shuntd reads the journal. */
+static void close_round(void)
+{
+	for (int i = 0; i < n; i++) {
+		close(servers[i]);
+		close(clients[i]);
+	}
+	if (listen(listener, 4096))
+		t_loopback_die("listen");
+}
+
+/* Until shuntd is back: see the usage above. */
+static void wait_restart(void)
+{
+	char line[16];
+
+	printf("closed\n");
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		exit(2);
+	/*
+	 * One connection through which the library learns that shuntd went,
+	 * and one after the second it waits before it tries a new session.
+	 */
+	for (int k = 0; k < 2; k++) {
+		int c = t_loopback_connect(port), s;
+
+		accepted_inode(&s);
+		close(s);
+		close(c);
+		sleep(2);
+	}
+}
+
 int main(int argc, char **argv)
 {
-	int n = argc > 3 ? atoi(argv[1]) : 0, *clients, *servers, reused = 0;
 	struct rlimit lim = { argc > 3 ? strtoul(argv[2], NULL, 10) : 0,
 			      argc > 3 ? strtoul(argv[3], NULL, 10) : 0 };
 	struct sockaddr_in a = t_loopback_addr(0);
 	socklen_t len = sizeof(a);
-	unsigned long *first;
+	unsigned long *before, *now;
+	int reused = 0;
 
-	clients = calloc((size_t)n, sizeof(int));
-	servers = calloc((size_t)n, sizeof(int));
-	first = calloc((size_t)n, sizeof(*first));
-	if (n <= 0 || !clients || !servers || !first) {
-		fprintf(stderr, "usage: spare_pool N SOFT HARD (N > 0)\n");
+	n = argc > 3 ? atoi(argv[1]) : 0;
+	clients = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+	servers = calloc((size_t)(n > 0 ? n : 1), sizeof(int));
+	before = calloc((size_t)(n > 0 ? n : 1), sizeof(*before));
+	now = calloc((size_t)(n > 0 ? n : 1), sizeof(*now));
+	if (n <= 0 || !clients || !servers || !before || !now) {
+		fprintf(stderr, "usage: spare_pool N SOFT HARD [restart] (N > 0)\n");
 		return 2;
 	}
 	if (setrlimit(RLIMIT_NOFILE, &lim))
@@ -70,55 +106,17 @@ int main(int argc, char **argv)
 	    getsockname(listener, (struct sockaddr *)&a, &len) || listen(listener, 4096))
 		t_loopback_die("listener");
 	port = ntohs(a.sin_port);
-	for (int i = 0; i < n; i++) {
-		clients[i] = connected();
-		first[i] = accepted_inode(&servers[i]);
-	}
-	for (int i = 0; i < n; i++) {
-		close(servers[i]);
-		close(clients[i]);
-	}
-	if (listen(listener, 4096))
-		t_loopback_die("listen");
+	open_round(before);
+	close_round();
 	if (argc > 4 && !strcmp(argv[4], "restart")) {
-		char line[16];
-
-		printf("closed\n");
-		fflush(stdout);
-		if (!fgets(line, sizeof(line), stdin))
-			return 2;
-		/*
-		 * One connection through which the library learns that shuntd
-		 * went, and one after the second it waits before it tries a
-		 * new session.
-		 */
-		for (int k = 0; k < 2; k++) {
-			int c = connected(), s;
-
-			accepted_inode(&s);
-			close(s);
-			close(c);
-			sleep(2);
-		}
-		for (int i = 0; i < n; i++) {
-			clients[i] = connected();
-			first[i] = accepted_inode(&servers[i]);
-		}
-		for (int i = 0; i < n; i++) {
-			close(servers[i]);
-			close(clients[i]);
-		}
-		if (listen(listener, 4096))
-			t_loopback_die("listen");
+		wait_restart();
+		open_round(before);
+		close_round();
 	}
-	for (int i = 0; i < n; i++) {
-		unsigned long ino;
-
-		clients[i] = connected();
-		ino = accepted_inode(&servers[i]);
+	open_round(now);
+	for (int i = 0; i < n; i++)
 		for (int j = 0; j < n; j++)
-			reused += ino == first[j];
-	}
+			reused += now[i] == before[j];
 	printf("reused %d\n", reused);
 	return 0;
 }
