@@ -67,6 +67,14 @@ static unsigned family(int domain)
 	return domain == AF_INET6;
 }
 
+/* Close the oldest spare of family @i, which has one (under spare_lock, or in a fork's child). */
+static void close_first(unsigned i)
+{
+	shunt_close_hidden(pool[i].v[pool[i].first].fd);
+	pool[i].first = (pool[i].first + 1) % SPARE_MAX;
+	pool[i].n--;
+}
+
 /*
  * The oldest spare of family @i that shuntd is done with, into @sp. One
  * marked in a journal a restart replaced would never be read past, and
@@ -77,11 +85,8 @@ static bool pop_ready(unsigned i, struct spare *sp)
 	bool r = false;
 
 	pthread_mutex_lock(&spare_lock);
-	while (pool[i].n && shunt_journal_replaced(&pool[i].v[pool[i].first].closed)) {
-		shunt_close_hidden(pool[i].v[pool[i].first].fd);
-		pool[i].first = (pool[i].first + 1) % SPARE_MAX;
-		pool[i].n--;
-	}
+	while (pool[i].n && shunt_journal_replaced(&pool[i].v[pool[i].first].closed))
+		close_first(i);
 	if (pool[i].n && shunt_journal_read_past(&pool[i].v[pool[i].first].closed)) {
 		*sp = pool[i].v[pool[i].first];
 		pool[i].first = (pool[i].first + 1) % SPARE_MAX;
@@ -239,10 +244,7 @@ void shunt_spare_fork_child(void)
 {
 	/* The parent hands its spares out: two processes must not hold one. */
 	pthread_mutex_init(&spare_lock, NULL);
-	for (unsigned i = 0; i < 2; i++) {
-		for (; pool[i].n; pool[i].n--) {
-			shunt_close_hidden(pool[i].v[pool[i].first].fd);
-			pool[i].first = (pool[i].first + 1) % SPARE_MAX;
-		}
-	}
+	for (unsigned i = 0; i < 2; i++)
+		while (pool[i].n)
+			close_first(i);
 }
