@@ -91,6 +91,16 @@ def test_package_puts_everything_where_debian_expects_it(package):
     assert "libinih1" in info and "libmnl0" in info, info
 
 
+def _guest_visible(build):
+    """Where to put what the guest must read: @build, unless it is under
+    /tmp or /var/tmp, which the guest mounts fresh (tests/package/guest/init),
+    as in a checkout under /tmp; then root's cache directory."""
+    real = build.resolve()
+    if any(real.is_relative_to(t) for t in (pathlib.Path("/tmp"), pathlib.Path("/var/tmp"))):
+        return pathlib.Path.home() / ".cache" / "shunt-guest-test"
+    return build
+
+
 def _guest_missing(repo_root):
     for tool, pkg in (("qemu-system-x86_64", "qemu-system-x86"), ("cpio", "cpio"),
                       ("busybox", "busybox-static"), ("depmod", "kmod")):
@@ -115,8 +125,7 @@ def test_service_in_a_guest_with_systemd(package, repo_root):
     if why:
         pytest.skip(f"SKIPPED LOUDLY: cannot boot the guest for the package test: {why}")
     guest = repo_root / "build-guest"
-    # Not under /tmp: the guest's /tmp is its own.
-    run = guest / f"run-{os.getpid()}"
+    run = _guest_visible(guest) / f"run-{os.getpid()}"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     try:
@@ -131,7 +140,8 @@ def test_service_in_a_guest_with_systemd(package, repo_root):
         deb_up = run / "shunt_upgrade.deb"
         subprocess.run(["dpkg-deb", "-b", str(unpacked), str(deb_up)], check=True,
                        capture_output=True, timeout=120)
-        script = repo_root / "tests" / "package" / "guest" / "guest-test.sh"
+        script = run / "guest-test.sh"
+        shutil.copy2(repo_root / "tests" / "package" / "guest" / "guest-test.sh", script)
         unit = run / "shunt-guest-test.service"
         unit.write_text(f"""[Unit]
 Description=shunt package test
