@@ -249,17 +249,19 @@ def shunt_cli(shunt_bin):
     return check
 
 
-# src/preload/spare.c keeps up to 64 spare kernel halves per address family.
-SPARES_MAX = 2 * 64
+# src/preload/spare.c keeps up to 64 spare kernel halves per address family
+# and kind (an accepted connection's, unbound; a connecting one's, bound).
+SPARES_MAX = 4 * 64
 _SYS_PIDFD_GETFD = 438
 
 
 def _is_spare(sock):
-    """Whether sock is what a spare kernel half is: a TCP socket not bound,
-    not listening and not connected."""
+    """Whether sock is what a spare kernel half is: a TCP socket not
+    listening and not connected; an accepted connection's not bound, a
+    connecting one's bound to the port its connection had."""
     if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return False
-    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) or sock.getsockname()[1]:
+    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
         return False
     try:
         sock.getpeername()
@@ -270,7 +272,7 @@ def _is_spare(sock):
 
 def spare_inodes(pid):
     """The socket inodes of pid's spare kernel halves, which the library
-    keeps (at most SPARES_MAX) for its next accepted connections, so that a
+    keeps (at most SPARES_MAX) for its next connections, so that a
     count of descriptors can leave them out; each socket looked at through
     a duplicate (pidfd_getfd: pid must be ours to trace, a child)."""
     libc = ctypes.CDLL(None, use_errno=True)

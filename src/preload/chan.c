@@ -25,6 +25,7 @@
 #include "preload/fdtable.h"
 #include "preload/journal.h"
 #include "preload/libc.h"
+#include "preload/recycle.h"
 #include "preload/sock.h"
 #include "preload/spin.h"
 #include "preload/util.h"
@@ -268,6 +269,41 @@ static void drop_client(struct shunt_chan *ch)
 		shunt_chan_put(ch);
 }
 
+void shunt_chan_port_past(struct shunt_conn *c, struct shunt_port_past *past)
+{
+	*past = (struct shunt_port_past){
+		.local = c->local,
+		.over = shunt_conn_peer_closed(c),
+		.dst_port = c->remote.port,
+	};
+	if (c->chan && c->in_slot && c->circuit - c->chan->id_base < c->chan->slots) {
+		past->chan = c->chan->id;
+		past->slot = (uint32_t)(c->circuit - c->chan->id_base);
+		past->gen = shunt_slot_gen(atomic_load_explicit(&slot_states(c->chan)[past->slot],
+							       memory_order_relaxed));
+	}
+}
+
+bool shunt_chan_port_free(struct shunt_chan *ch, const struct shunt_port_past *past)
+{
+	uint32_t w;
+
+	if (past->over || past->dst_port != ch->dst.port)
+		return true;
+	if (!past->chan || past->chan != ch->id || past->slot >= ch->slots)
+		return false;
+	/* S1: shuntd frees a slot once both ends are done with it. */
+	w = atomic_load_explicit(&slot_states(ch)[past->slot], memory_order_acquire);
+	return shunt_slot_gen(w) != past->gen || shunt_slot_state(w) == SHUNT_SLOT_FREE;
+}
+
+/* Whether @a and @b name one address, ports aside. */
+static bool same_address(const struct shunt_wire_addr *a, const struct shunt_wire_addr *b)
+{
+	return a->family == b->family && a->scope_id == b->scope_id &&
+	       !memcmp(a->addr, b->addr, sizeof(a->addr));
+}
+
 /*
  * The address of socket @s (as @fd), bound to the channel's source address
  * first if it is not bound yet, as connect() binds it. 0 or -errno.
@@ -286,6 +322,9 @@ again:
 		/* What the kernel would say of it: the wildcard address, port 0. */
 		memset(local, 0, sizeof(*local));
 		local->family = (uint16_t)s->domain;
+	} else if (s && atomic_load_explicit(&s->recycled, memory_order_acquire)) {
+		/* Where the half's last connection left it, which nothing since could change. */
+		*local = s->port_past.local;
 	} else if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
 		   shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0) {
 		return -errno ? -errno : -EINVAL;
@@ -297,6 +336,25 @@ again:
 		len = sizeof(v6only);
 		if (shunt_libc.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &len) < 0 || v6only)
 			return -ENETUNREACH;
+	}
+	/*
+	 * A recycled half (recycle.h) is bound to its last connection's
+	 * address and port: this connection takes them if it leaves from
+	 * that address, as connect() would have bound it; else the socket
+	 * gets the fresh half it stands for, and is bound as one.
+	 */
+	if (s && atomic_load_explicit(&s->recycled, memory_order_acquire)) {
+		src = ch->src;
+		if (local->family == AF_INET6)
+			shunt_addr_map_v6(&src);
+		if (local->port && same_address(&src, local) &&
+		    shunt_chan_port_free(ch, &s->port_past))
+			return 0;
+		r = shunt_recycle_fresh(s, fd);
+		if (r < 0)
+			return r;
+		unbound = true;
+		goto again;
 	}
 	if (local->port)
 		return 0;

@@ -17,6 +17,7 @@
 
 struct shunt_chan;
 struct shunt_conn;
+struct shunt_port_past;
 
 /*
  * Keep the channel of CONNECT reply @g (its memfd and bell taken over) for
@@ -117,5 +118,16 @@ void shunt_chan_put(struct shunt_chan *ch);
 void shunt_chan_fork_prepare(void);
 void shunt_chan_fork_parent(void);
 void shunt_chan_fork_child(void);
+
+/* What connection @c, of a connecting socket about to let it go, leaves its port with. */
+void shunt_chan_port_past(struct shunt_conn *c, struct shunt_port_past *past);
+
+/*
+ * Whether a connection through @ch may leave from the port whose last
+ * connection @past says: that one is over at both ends (its peer closed,
+ * or shuntd freed its slot), or it went to another port. The kernel never
+ * has two live connections of one address and port pair either.
+ */
+bool shunt_chan_port_free(struct shunt_chan *ch, const struct shunt_port_past *past);
 
 #endif

@@ -1418,6 +1418,13 @@ bool shunt_conn_closed(struct shunt_conn *c)
 					 (ps & (SHUNT_END_WR_SHUT | SHUNT_END_CLOSED)));
 }
 
+bool shunt_conn_peer_closed(struct shunt_conn *c)
+{
+	uint32_t ps = atomic_load_explicit(&c->peer->state, memory_order_acquire);
+
+	return (ps & SHUNT_END_CLOSED) && !(ps & SHUNT_END_KERNEL);
+}
+
 /* include/net/tcp_states.h: <netinet/tcp.h> cannot be included with <linux/tcp.h>. */
 enum kernel_tcp_state {
 	K_ESTABLISHED = 1,

@@ -176,6 +176,13 @@ unsigned shunt_conn_poll(struct shunt_conn *c, int lowat);
 bool shunt_conn_closed(struct shunt_conn *c);
 
 /*
+ * Whether the peer closed its end (every holder of it), and the connection
+ * stayed in shared memory. Read from the peer's words: a lie costs the
+ * liar (spare.c).
+ */
+bool shunt_conn_peer_closed(struct shunt_conn *c);
+
+/*
  * The kernel TCP state (include/net/tcp_states.h numbers) this end would be
  * in: ESTABLISHED, CLOSE_WAIT after the peer's FIN, FIN_WAIT1/2 after ours,
  * CLOSE after both or a reset. On loopback a FIN is acknowledged at once,

@@ -22,6 +22,7 @@
 #include "preload/libc.h"
 #include "preload/notice.h"
 #include "preload/ops.h"
+#include "preload/recycle.h"
 #include "preload/sock.h"
 #include "preload/util.h"
 
@@ -553,6 +554,12 @@ int shunt_epoll_ctl(struct shunt_epoll *ep, int epfd, int op, int fd, struct epo
 	/* A listener's exclusive sleepers hear of new channels on our session's announce. */
 	if (f->kind == SHUNT_FILE_SOCK && op == EPOLL_CTL_ADD && (ev->events & EPOLLEXCLUSIVE))
 		shunt_sock_own_announce((struct shunt_sock *)f, fd);
+	/* The kernel's registration would be on a recycled half, which a fresh one may replace. */
+	if (f->kind == SHUNT_FILE_SOCK && op != EPOLL_CTL_DEL &&
+	    (r = shunt_recycle_fresh((struct shunt_sock *)f, fd)) < 0) {
+		shunt_file_put(f);
+		return r;
+	}
 	if (f->kind == SHUNT_FILE_SOCK)
 		r = ctl_file(ep, op, fd, (struct shunt_sock *)f, NULL, ev);
 	else

@@ -18,6 +18,7 @@
 #include "preload/libc.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
+#include "preload/recycle.h"
 #include "preload/relisten.h"
 #include "preload/sock.h"
 #include "preload/spare.h"
@@ -149,6 +150,8 @@ static uint64_t fork_begin(uint64_t *secret)
 	uint64_t ticket = 0;
 	int r = -ENOTCONN;
 
+	/* The child would hold every recycled half too: each gets its fresh one first. */
+	shunt_recycle_fresh_all();
 	pthread_rwlock_wrlock(&fork_lock);
 	/* Nothing registered without a session: nothing for the child to claim. */
 	if (shunt_ctl_has_session()) {
@@ -247,6 +250,9 @@ int shunt_op_clone(int (*fn)(void *), void *stack, int flags, void *arg, pid_t *
 	struct clone_call cc = { fn, arg, 0, 0 };
 	int pid;
 
+	/* Another process will hold (or share) our descriptors: recycled halves are fresh first. */
+	if (!(flags & CLONE_THREAD))
+		shunt_recycle_fresh_all();
 	/*
 	 * Sharing our memory (a thread, a vfork-like child) or our descriptor
 	 * table, it is no fork: it runs as it always did.

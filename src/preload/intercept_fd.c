@@ -23,6 +23,7 @@
 #include "preload/init.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
+#include "preload/recycle.h"
 #include "preload/sock.h"
 #include "preload/util.h"
 
@@ -64,13 +65,19 @@ SHUNT_EXPORT void closefrom(int lowfd)
 	errno = saved;
 }
 
-/* A stale fd table entry under @fd (closed behind our back) must not be duplicated. */
+/*
+ * A stale fd table entry under @fd (closed behind our back) must not be
+ * duplicated, nor a recycled half (recycle.h): two numbers would hold it.
+ */
 static void check_source(int fd)
 {
 	struct shunt_file *f = shunt_fdt_get_file_checked(fd);
 
-	if (f)
+	if (f) {
+		if (f->kind == SHUNT_FILE_SOCK)
+			shunt_recycle_fresh((struct shunt_sock *)f, fd);
 		shunt_file_put(f);
+	}
 }
 
 /*

@@ -92,6 +92,11 @@ int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void 
 			socklen_t *len);
 int shunt_op_fcntl(struct shunt_sock *s, int fd, int cmd, void *arg);
 int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg);
+/*
+ * The options of the inherited kind set on @s (s->inherit), read from
+ * kernel socket @from and set on @to.
+ */
+void shunt_opts_copy(const struct shunt_sock *s, int from, int to);
 /* Copy onto accepted socket @to (fd @nfd) the options listener @from (fd @lfd) had set. */
 void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to, int nfd);
 /*

@@ -23,6 +23,7 @@
 #include "preload/fault.h"
 #include "preload/libc.h"
 #include "preload/ops.h"
+#include "preload/recycle.h"
 #include "preload/sock.h"
 #include "preload/tcpinfo.h"
 
@@ -394,21 +395,26 @@ static int inherited_index(int level, int name)
 	return -1;
 }
 
-void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to, int nfd)
+void shunt_opts_copy(const struct shunt_sock *s, int from, int to)
 {
 	for (unsigned i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++) {
 		char val[64];
 		socklen_t len = sizeof(val);
 
-		if (!(from->inherit & (1u << i)) ||
-		    shunt_libc.getsockopt(lfd, inherited[i].level, inherited[i].name, val, &len) < 0)
+		if (!(s->inherit & (1u << i)) ||
+		    shunt_libc.getsockopt(from, inherited[i].level, inherited[i].name, val, &len) < 0)
 			continue;
 		/* Buffer sizes read back doubled; setting half gives the same value. */
 		if (inherited[i].level == SOL_SOCKET &&
 		    (inherited[i].name == SO_RCVBUF || inherited[i].name == SO_SNDBUF))
 			*(int *)val /= 2;
-		shunt_libc.setsockopt(nfd, inherited[i].level, inherited[i].name, val, len);
+		shunt_libc.setsockopt(to, inherited[i].level, inherited[i].name, val, len);
 	}
+}
+
+void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to, int nfd)
+{
+	shunt_opts_copy(from, lfd, nfd);
 	to->inherit = from->inherit;
 	atomic_store(&to->reuseaddr, atomic_load(&from->reuseaddr));
 	atomic_store(&to->rcvtimeo_us, atomic_load(&from->rcvtimeo_us));
@@ -423,11 +429,13 @@ void shunt_opts_inherit(struct shunt_sock *from, int lfd, struct shunt_sock *to,
 int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const void *val,
 			socklen_t len)
 {
-	int i;
+	int i = inherited_index(level, name), r;
 
+	/* One tied to binding (IPV6_V6ONLY, SO_REUSEPORT...) needs the fresh half it expects. */
+	if (i < 0 && (r = shunt_recycle_fresh(s, fd)) < 0)
+		return r;
 	if (shunt_libc.setsockopt(fd, level, name, val, len) < 0)
 		return -errno;
-	i = inherited_index(level, name);
 	if (i >= 0)
 		atomic_fetch_or(&s->inherit, 1u << i);
 	else
@@ -532,32 +540,30 @@ int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void 
 	return 0;
 }
 
+/* An fcntl that changes nothing spare.c would put back, or only O_NONBLOCK. */
+static bool plain_fcntl(int cmd, void *arg)
+{
+	if (cmd == F_SETFL)
+		return !((long)arg & (O_APPEND | O_ASYNC | O_DIRECT | O_NOATIME));
+	return cmd == F_GETFL || cmd == F_GETFD || cmd == F_SETFD;
+}
+
 int shunt_op_fcntl(struct shunt_sock *s, int fd, int cmd, void *arg)
 {
-	int r = shunt_libc.fcntl(fd, cmd, arg);
+	int r;
 
+	/* A second descriptor, an owner, a signal: on the half socket() would have made. */
+	if (!plain_fcntl(cmd, arg) && (r = shunt_recycle_fresh(s, fd)) < 0)
+		return r;
+	r = shunt_libc.fcntl(fd, cmd, arg);
 	if (r < 0)
 		return -errno;
-	switch (cmd) {
-	case F_SETFL:
+	if (cmd == F_SETFL)
 		set_nonblock(s, ((long)arg & O_NONBLOCK) != 0);
-		/* Flags besides O_NONBLOCK: nothing spare.c puts back. */
-		if ((long)arg & (O_APPEND | O_ASYNC | O_DIRECT | O_NOATIME))
-			atomic_store_explicit(&s->spare, false, memory_order_relaxed);
-		break;
-	case F_DUPFD:
-	case F_DUPFD_CLOEXEC:
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
 		shunt_op_dup(fd, r);
-		break;
-	case F_GETFL:
-	case F_GETFD:
-	case F_SETFD:
-		break;
-	default:
-		/* An owner, a signal: nothing spare.c puts back. */
+	else if (!plain_fcntl(cmd, arg))
 		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
-		break;
-	}
 	return r;
 }
 
@@ -588,8 +594,13 @@ int shunt_op_ioctl(struct shunt_sock *s, int fd, unsigned long req, void *arg)
 	}
 kernel:
 	/* What it changed in the kernel half, spare.c would not put back; FIONBIO it does. */
-	if (req != FIONBIO)
+	if (req != FIONBIO) {
+		int r = shunt_recycle_fresh(s, fd);
+
+		if (r < 0)
+			return r;
 		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
+	}
 	if (shunt_libc.ioctl(fd, req, arg) < 0)
 		return -errno;
 	if (req == FIONBIO && !shunt_get_user(&v, arg, sizeof(v)))

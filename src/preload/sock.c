@@ -13,6 +13,7 @@
 #include "preload/epoll.h"
 #include "preload/fork.h"
 #include "preload/listenwait.h"
+#include "preload/recycle.h"
 #include "preload/sock.h"
 #include "preload/spare.h"
 #include "preload/util.h"
@@ -64,6 +65,9 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	s->laddr_known = false;
 	atomic_store(&s->unbound, false);
 	atomic_store(&s->spare, false);
+	s->spare_bound = false;
+	memset(&s->port_past, 0, sizeof(s->port_past));
+	atomic_store(&s->recycled, false);
 	s->spare_fd = -1;
 	shunt_list_init(&s->watchers);
 	s->f.kind = SHUNT_FILE_SOCK;
@@ -156,11 +160,15 @@ static void release(struct shunt_sock *s)
 	/* Like the kernel's eventpoll_release: the file's registrations go first. */
 	shunt_epoll_sock_gone(s);
 	if (s->conn) {
+		/* A port only one live connection holds at a time (spare.c): what its next needs. */
+		if (s->spare_bound)
+			shunt_chan_port_past(s->conn, &s->port_past);
 		shunt_conn_close(s->conn, shunt_sock_opt_linger_abort(s));
 		s->conn = NULL;
 	}
 	/* After the end is let go of: the journal says so before the half is a spare. */
 	shunt_spare_put(s);
+	shunt_recycle_released(s);
 	while (s->retired) {
 		struct shunt_conn *c = s->retired;
 

@@ -33,6 +33,20 @@ enum shunt_connect_report {
 
 struct shunt_conn;
 
+/*
+ * The connection a bound spare half's port last carried: whether another
+ * connection may take that port while the old one could still be alive at
+ * the other end (spare.c). Its peer's state, channel slot and port were
+ * read from the circuit's shared memory: a lie costs only the liar.
+ */
+struct shunt_port_past {
+	struct shunt_wire_addr local;	/* the address and port the half is bound to */
+	bool over;			/* the peer had closed its end when we closed ours */
+	uint16_t dst_port;		/* the peer's port */
+	uint64_t chan;			/* the channel it lived in, or 0 */
+	uint32_t slot, gen;		/* its slot there, and the slot's generation */
+};
+
 struct shunt_sock {
 	struct shunt_file f;		/* first: what the fd table holds */
 	struct shunt_sock *next_free;	/* under the pool lock */
@@ -120,6 +134,15 @@ struct shunt_sock {
 	 * spare.c can put back. Its close keeps the half for the next accept.
 	 */
 	_Atomic bool spare;
+	/* That half is a connecting socket's: bound, it goes to the bound spares. */
+	bool spare_bound;
+	/* The last connection its port carried, while it is a bound spare's. */
+	struct shunt_port_past port_past;
+	/*
+	 * The kernel half is a bound spare socket() handed out, presented as
+	 * fresh until a connection takes its port (recycle.h).
+	 */
+	_Atomic bool recycled;
 	int spare_fd;			/* that half kept at close, hidden, until release; or -1 */
 	uint64_t spare_refusals;	/* shunt_journal_refusals() when it was kept */
 	struct shunt_list watchers;	/* under shunt_notice_lock: its epoll registrations */

@@ -32,6 +32,7 @@
 #include "preload/libc.h"
 #include "preload/listenwait.h"
 #include "preload/ops.h"
+#include "preload/recycle.h"
 #include "preload/relisten.h"
 #include "preload/sandbox.h"
 #include "preload/seccomp.h"
@@ -65,21 +66,40 @@ int shunt_copy_addr(const struct shunt_wire_addr *w, struct sockaddr *out, sockl
 
 int shunt_op_socket(int domain, int type, int protocol)
 {
-	int fd = shunt_libc.socket(domain, type, protocol);
 	int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+	bool ours = shunt_enabled() && (domain == AF_INET || domain == AF_INET6) &&
+		    base == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
+	uint64_t ident = 0;
 	struct shunt_sock *s;
+	int fd;
 
+	/* The half of a connection this process had, if one is spare: no socket to make. */
+	s = ours ? shunt_sock_new(domain, type & SOCK_NONBLOCK) : NULL;
+	fd = s ? shunt_spare_take_bound(domain, type & (SOCK_NONBLOCK | SOCK_CLOEXEC), &ident,
+					&s->port_past)
+	       : -1;
 	if (fd < 0)
-		return -errno;
+		fd = shunt_libc.socket(domain, type, protocol);
+	if (fd < 0) {
+		int e = errno;
+
+		if (s)
+			shunt_sock_put(s);
+		return -e;
+	}
 	shunt_fdt_forget(fd);
-	if (!shunt_enabled() || (domain != AF_INET && domain != AF_INET6) ||
-	    base != SOCK_STREAM || (protocol != 0 && protocol != IPPROTO_TCP))
-		return fd;
 	/* Without memory it is just a kernel socket: nothing breaks. */
-	s = shunt_sock_new(domain, type & SOCK_NONBLOCK);
 	if (!s)
 		return fd;
-	atomic_store_explicit(&s->unbound, true, memory_order_relaxed);
+	if (ident) {
+		atomic_store_explicit(&s->f.ident, ident, memory_order_relaxed);
+		s->spare_bound = true;
+		shunt_recycle_note(s);
+	} else {
+		atomic_store_explicit(&s->unbound, true, memory_order_relaxed);
+	}
+	/* Made here and held by nobody else yet: a spare at close if nothing changes that. */
+	atomic_store_explicit(&s->spare, true, memory_order_relaxed);
 	shunt_fdt_set(fd, &s->f);
 	shunt_sock_put(s);
 	shunt_stats_saw_fd(fd);
@@ -88,10 +108,17 @@ int shunt_op_socket(int domain, int type, int protocol)
 
 int shunt_op_bind(struct shunt_sock *s, int fd, const struct sockaddr *addr, socklen_t len)
 {
+	int r;
+
 	/* Connected sockets are bound, whatever their kernel half says. */
 	if (shunt_sock_sync(s) == SHUNT_SOCK_CONNECTED || shunt_sock_state(s) == SHUNT_SOCK_CONNECTING)
 		return -EINVAL;
+	r = shunt_recycle_fresh(s, fd);
+	if (r < 0)
+		return r;
 	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
+	/* Bound by the program: the port is its own, never a spare's. */
+	atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 	return (int)libc_ret(shunt_libc.bind(fd, addr, len));
 }
 
@@ -106,8 +133,13 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 		r = -EINVAL;
 		goto out;
 	}
+	/* A recycled half would listen on its old address and port. */
+	r = shunt_recycle_fresh(s, fd);
+	if (r < 0)
+		goto out;
 	/* listen() binds an unbound socket to a port of its own. */
 	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
+	atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 	r = (int)libc_ret(shunt_libc.listen(fd, backlog));
 	if (r < 0)
 		goto out;
@@ -494,13 +526,23 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 	/* Whatever we cannot carry, the kernel answers exactly. */
 	if (st != SHUNT_SOCK_FRESH || shunt_addr_to_wire(addr, len, &dst) < 0 ||
 	    (dst.family == AF_INET6 && s->domain == AF_INET)) {
+		r = shunt_recycle_fresh(s, fd);
 		pthread_mutex_unlock(&s->lock);
-		*next = CONNECT_LIBC;
-		return 0;
+		if (r == 0)
+			*next = CONNECT_LIBC;
+		return r;
 	}
 	r = connect_through_channel(s, fd, &dst, &conn);
 	if (r == 0)
 		goto attached;
+	/* Only a channel's connection takes a recycled half's port (chan.c): the rest bind anew. */
+	if (r == -ENOENT || r == -EAGAIN || r == -ENOSPC) {
+		err = shunt_recycle_fresh(s, fd);
+		if (err < 0) {
+			pthread_mutex_unlock(&s->lock);
+			return err;
+		}
+	}
 	if (r != -ENOENT && r != -EAGAIN && r != -ENOSPC) {
 		/* The socket could not be bound as connect() binds it: its error. */
 		pthread_mutex_unlock(&s->lock);
@@ -587,6 +629,9 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 	}
 	established = g.msg.flags & SHUNT_CIRCUIT_ESTABLISHED;
 attached:
+	/* Its kernel half, bound to the connection's port, may be the next socket()'s (spare.c). */
+	s->spare_bound = true;
+	shunt_recycle_used(s);
 	s->conn = conn;
 	shunt_sock_opts_to_circuit(s);
 	shunt_notice_bind(conn, s);
@@ -630,6 +675,9 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *uaddr,
 	shunt_fork_leave();
 	/* Whoever connects it (the kernel, shuntd, a channel) binds it first. */
 	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
+	/* The kernel's connection: its half is the connection, never a spare. */
+	if (next == CONNECT_KERNEL || next == CONNECT_LIBC)
+		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 	switch (next) {
 	case CONNECT_WAIT:
 		return wait_established(s, fd);
@@ -1124,6 +1172,8 @@ int shunt_op_getsockname(struct shunt_sock *s, int fd, struct sockaddr *addr, so
 
 	if (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING)
 		return shunt_copy_addr(&s->conn->local, addr, len);
+	if (atomic_load_explicit(&s->recycled, memory_order_acquire))
+		return shunt_recycle_getsockname(s, addr, len);
 	return (int)libc_ret(shunt_libc.getsockname(fd, addr, len));
 }
 
@@ -1280,6 +1330,8 @@ int shunt_sock_downgrade(struct shunt_sock *s, int fd)
 	int st = shunt_sock_sync(s), r;
 
 	/* Handed on: another process may bind it, or see it used again. */
+	if (shunt_recycle_fresh(s, fd) < 0)
+		shunt_warn("fd %d is handed on bound to the port of an earlier connection", fd);
 	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 	if (st == SHUNT_SOCK_CONNECTING) {

@@ -2,18 +2,36 @@
 /*
  * Spare kernel halves (spare.h). A half is kept only while nothing else
  * could have seen it used, which sock->spare records: the library made it
- * for an accepted circuit (not shuntd's companion), no other descriptor or
- * process has held it (dup, fork, exec, SCM_RIGHTS and io_uring clear the
- * flag), and the program set no option on it that the library cannot put
- * back as a fresh socket has it (opts.c, shunt_opts_reset).
+ * for an accepted circuit (not shuntd's companion), or the program made it
+ * and connected it to a circuit; no other descriptor or process has held
+ * it (dup, fork, exec, SCM_RIGHTS and io_uring clear the flag); and the
+ * program set no option on it that the library cannot put back as a fresh
+ * socket has it (opts.c, shunt_opts_reset).
+ *
+ * There are two kinds. An accepted circuit's half was never bound, and is
+ * the next accepted connection's. A connecting socket's half is bound to
+ * the port the connection had (the library binds it before it queues the
+ * connection, so that the port is the kernel's to give and to refuse):
+ * it is the next socket()'s, presented as fresh (recycle.c), and its port
+ * the next connection's if that one goes through a channel from the same
+ * address. Such a half is kept only if the peer had closed its end first:
+ * then no connection of that address and port is left anywhere, as none
+ * is in the kernel once both sides have closed (the kernel keeps the
+ * 4-tuple in TIME_WAIT, which a new connect from the same port may reuse
+ * on loopback); a port is never carried by two live connections at once.
+ * While kept, its port stays bound: a bind() of that very port elsewhere
+ * fails with EADDRINUSE, as it may for any port of the ephemeral range
+ * that an outgoing connection holds (docs/connect.md, "Client halves").
  *
  * shuntd finds a circuit end's kernel socket by its inode in the process
  * that journaled it (daemon/companion.c), and turns it into the
- * connection's companion in place. So a half is kept only if it is still
- * unbound and out of repair mode once the journal says its end was let go
- * of (shuntd reads a holder's journal before it makes a companion, so
- * none is made after that), and handed out again only once shuntd has read
- * that entry (until then it could look for the end's socket here).
+ * connection's companion in place (connected, after repair mode). So a
+ * half is kept only if it is still as the connection left it (unbound, or
+ * bound and unconnected) and out of repair mode once the journal says its
+ * end was let go of (shuntd reads a holder's journal before it makes a
+ * companion, so none is made after that), and handed out again only once
+ * shuntd has read that entry (until then it could look for the end's
+ * socket here).
  *
  * Every call goes through the seccomp gate (common/sys.h): one a filter
  * forbids costs the spare, never the process.
@@ -35,14 +53,15 @@
 #include "preload/util.h"
 
 /*
- * Per family: enough for a server that accepts and closes connections
- * while shuntd catches up with the journal, which it reads every 2-10 ms
- * (a prefork worker closing 12,000 connections a second closes 25-125 in
- * between). Each costs a hidden descriptor and an idle socket (about
- * 3.5 KiB of kernel memory). Without a reserve above the program's
- * descriptor limit the hidden descriptors are the program's, which then
- * reaches EMFILE that many early: at most 1/SPARE_SHARE of its range is
- * spent on spares.
+ * Per family and kind: enough for a server that accepts and closes
+ * connections (or a client that makes them) while shuntd catches up with
+ * the journal, which it reads every 2-10 ms (a prefork worker closing
+ * 12,000 connections a second closes 25-125 in between). Each costs a
+ * hidden descriptor and an idle socket (about 3.5 KiB of kernel memory).
+ * Without a reserve above the program's descriptor limit the hidden
+ * descriptors are the program's, which then reaches EMFILE that many
+ * early: at most 1/SPARE_SHARE of its range is spent on the unbound
+ * spares of a family, half that on the bound ones.
  */
 enum { SPARE_MAX = 64, SPARE_SHARE = 64 };
 
@@ -53,6 +72,7 @@ struct spare {
 	uint32_t set;			/* options set on it (s->inherit's bits) */
 	uint64_t ident;
 	struct shunt_journal_mark closed;	/* the journal just after its CLOSED */
+	struct shunt_port_past past;	/* a bound one's: its port's last connection */
 };
 
 /* Oldest first: the first not read past yet means none after it is. */
@@ -60,11 +80,13 @@ static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	struct spare v[SPARE_MAX];
 	unsigned first, n;
-} pool[2];				/* [0] AF_INET, [1] AF_INET6 */
+} pool[4];				/* pool_of(): family, and unbound or bound */
 
-static unsigned family(int domain)
+enum { POOLS = sizeof(pool) / sizeof(pool[0]) };
+
+static unsigned pool_of(int domain, bool bound)
 {
-	return domain == AF_INET6;
+	return (domain == AF_INET6) + 2 * bound;
 }
 
 /* Close the oldest spare of family @i, which has one (under spare_lock, or in a fork's child). */
@@ -97,39 +119,48 @@ static bool pop_ready(unsigned i, struct spare *sp)
 	return r;
 }
 
-/* Never bound: no companion was made of it (shuntd binds one first). */
-static bool unbound(int fd, int domain)
+/*
+ * As the connection left it: an accepted circuit's half never bound (no
+ * companion was made of it: shuntd binds one first), a connecting one's
+ * not connected (a companion is; the half was bound before its connection
+ * was queued, and nothing unbinds a socket).
+ */
+static bool as_left(int fd, int domain, bool bound)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	struct shunt_wire_addr w;
 
+	if (bound)
+		return shunt_syscall(SYS_getpeername, fd, &ss, &len) < 0 && errno == ENOTCONN;
 	return shunt_syscall(SYS_getsockname, fd, &ss, &len) == 0 &&
 	       shunt_addr_to_wire((struct sockaddr *)&ss, len, &w) == 0 && w.family == domain &&
 	       w.port == 0;
 }
 
 /* ...and never in repair mode, which reads SK_FORCE_REUSE (no program can set it). */
-static bool pristine(int fd, int domain)
+static bool pristine(int fd, int domain, bool bound)
 {
 	int reuse = 0;
 	socklen_t len = sizeof(reuse);
 
-	return unbound(fd, domain) &&
+	return as_left(fd, domain, bound) &&
 	       shunt_syscall(SYS_getsockopt, fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &len) == 0 &&
 	       reuse != 2;
 }
 
-int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident)
+/* A spare of pool_of(@domain, @bound) handed out as shunt_spare_take says. */
+static int take(int domain, bool bound, int flags, uint32_t inherit, uint64_t *ident,
+		struct shunt_port_past *past)
 {
 	bool nonblock = flags & SOCK_NONBLOCK;
 	struct spare sp;
 	int fd;
 
-	if (!pop_ready(family(domain), &sp))
+	if (!pop_ready(pool_of(domain, bound), &sp))
 		return -1;
 	/* A companion shuntd began before it read that the end was let go of. */
-	if (!unbound(sp.fd, domain)) {
+	if (!as_left(sp.fd, domain, bound)) {
 		shunt_close_hidden(sp.fd);
 		return -1;
 	}
@@ -147,24 +178,36 @@ int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident)
 		return -1;
 	}
 	*ident = sp.ident;
+	if (past)
+		*past = sp.past;
 	return fd;
 }
 
-/* How many spares of a family may be kept now. */
-static unsigned room(void)
+int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident)
+{
+	return take(domain, false, flags, inherit, ident, NULL);
+}
+
+int shunt_spare_take_bound(int domain, int flags, uint64_t *ident, struct shunt_port_past *past)
+{
+	return take(domain, true, flags, 0, ident, past);
+}
+
+/* How many spares pool @i may keep now. */
+static unsigned room(unsigned i)
 {
 	long share;
 
 	if (shunt_fdlimit_reserve_start() != LONG_MAX)
 		return SPARE_MAX;
-	/* Numbers of the program's own: at most 1/64 of its range (16 of 1,024). */
-	share = shunt_fdlimit_open_max() / SPARE_SHARE;
+	/* Numbers of the program's own: at most 1/64 of its range (16 of 1,024), 1/128 bound. */
+	share = shunt_fdlimit_open_max() / SPARE_SHARE / (i >= pool_of(AF_INET, true) ? 2 : 1);
 	return share < SPARE_MAX ? (unsigned)(share > 0 ? share : 0) : SPARE_MAX;
 }
 
 static bool full(unsigned i)
 {
-	unsigned most = room();
+	unsigned most = room(i);
 	bool r;
 
 	pthread_mutex_lock(&spare_lock);
@@ -179,7 +222,7 @@ void shunt_spare_keep(struct shunt_sock *s, int fd)
 	int h;
 
 	if (!atomic_load_explicit(&s->spare, memory_order_relaxed) || s->spare_fd >= 0 ||
-	    full(family(s->domain)))
+	    full(pool_of(s->domain, s->spare_bound)))
 		return;
 	/*
 	 * Still our socket under @fd: a raw close behind the library's back
@@ -200,8 +243,9 @@ void shunt_spare_put(struct shunt_sock *s)
 		.nonblock = atomic_load(&s->nonblock),
 		.set = atomic_load(&s->inherit),
 		.ident = atomic_load_explicit(&s->f.ident, memory_order_relaxed),
+		.past = s->port_past,
 	};
-	unsigned i = family(s->domain);
+	unsigned i = pool_of(s->domain, s->spare_bound);
 
 	if (sp.fd < 0)
 		return;
@@ -210,13 +254,14 @@ void shunt_spare_put(struct shunt_sock *s)
 	 * Without a journal, or with one too full to take the CLOSED (any
 	 * refusal since it was kept may have been that one), shuntd is told
 	 * by message: no way to know when it read it. A companion made of it
-	 * (bound, or left in repair mode) is the connection's, and goes now,
+	 * (connected, or left in repair mode) is the connection's, and goes now,
 	 * as the kernel's socket would: shuntd reads this journal before it
 	 * makes any other, so none comes later.
 	 */
 	if (atomic_load_explicit(&s->spare, memory_order_relaxed) && shunt_journal_mark(&sp.closed) &&
-	    shunt_journal_refusals() == s->spare_refusals && pristine(sp.fd, s->domain)) {
-		unsigned most = room();
+	    shunt_journal_refusals() == s->spare_refusals &&
+	    pristine(sp.fd, s->domain, s->spare_bound)) {
+		unsigned most = room(i);
 
 		pthread_mutex_lock(&spare_lock);
 		if (pool[i].n < most) {
@@ -244,7 +289,7 @@ void shunt_spare_fork_child(void)
 {
 	/* The parent hands its spares out: two processes must not hold one. */
 	pthread_mutex_init(&spare_lock, NULL);
-	for (unsigned i = 0; i < 2; i++)
+	for (unsigned i = 0; i < POOLS; i++)
 		while (pool[i].n)
 			close_first(i);
 }

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Spare kernel halves: the unconnected kernel socket under a connection
- * accepted from a circuit is kept when the program closes it, and is the
- * next accepted connection's, instead of a socket() and the release of a
- * TCP socket per connection (docs/connect.md, "Spare kernel halves").
+ * carried by a circuit is kept when the program closes it, and is the
+ * next accepted connection's (an accepted one's) or the next socket()'s
+ * (a connecting one's, still bound to its port), instead of a socket()
+ * and the release of a TCP socket per connection (docs/connect.md, "Spare
+ * kernel halves" and "Client halves").
  */
 #ifndef SHUNT_SPARE_H
 #define SHUNT_SPARE_H
@@ -11,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct shunt_port_past;
 struct shunt_sock;
 
 /*
@@ -21,6 +24,15 @@ struct shunt_sock;
  * (or it could not be handed out: the caller makes a socket).
  */
 int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident);
+
+/*
+ * A connecting socket's spare half of family @domain, as shunt_spare_take
+ * hands one out with socket()'s @flags (SOCK_NONBLOCK, SOCK_CLOEXEC): no
+ * option set, but still bound to the port of its last connection, which
+ * recycle.c hides until a connection uses it, and which chan.c lets one
+ * use only once that connection is over (*@past). -1 when there is none.
+ */
+int shunt_spare_take_bound(int domain, int flags, uint64_t *ident, struct shunt_port_past *past);
 
 /*
  * @s, open as @fd, is being closed: if nobody could tell its kernel half

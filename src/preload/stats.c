@@ -89,7 +89,8 @@ static void report(void)
 		     "\"fallback_policy\":%llu,\"fallback_limit\":%llu,\"policy_refused\":%llu,"
 		     "\"fallback_seccomp\":%llu,\"fallback_late\":%llu,\"late_waits\":%llu,"
 		     "\"kernel_unlistened\":%llu,\"trim_idle\":%llu,\"trim_read\":%llu,"
-		     "\"accept_asks\":%llu,\"ctl_asks\":%llu}\n",
+		     "\"accept_asks\":%llu,\"ctl_asks\":%llu,\"recycled\":%llu,"
+		     "\"recycled_fresh\":%llu}\n",
 		     pid, (unsigned long long)shunt_stats.shm_connect,
 		     (unsigned long long)shunt_stats.shm_accept,
 		     (unsigned long long)shunt_stats.kernel_connect,
@@ -107,7 +108,9 @@ static void report(void)
 		     (unsigned long long)shunt_stats.trim_idle,
 		     (unsigned long long)shunt_stats.trim_read,
 		     (unsigned long long)shunt_stats.accept_asks,
-		     (unsigned long long)shunt_stats.ctl_asks);
+		     (unsigned long long)shunt_stats.ctl_asks,
+		     (unsigned long long)shunt_stats.recycled,
+		     (unsigned long long)shunt_stats.recycled_fresh);
 	fd = atomic_load(&kept_fd);
 	if (fd < 0)
 		fd = open_report();

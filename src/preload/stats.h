@@ -30,6 +30,8 @@ struct shunt_stats {
 	_Atomic uint64_t trim_read;		/* receives that gave back the pages they emptied */
 	_Atomic uint64_t accept_asks;		/* accepts that asked shuntd (the doorbell rang) */
 	_Atomic uint64_t ctl_asks;		/* requests to shuntd waited for (HELLO included) */
+	_Atomic uint64_t recycled;		/* socket() answered with a bound spare (recycle.h) */
+	_Atomic uint64_t recycled_fresh;	/* of those, given a fresh half after all */
 	_Atomic int max_fd;			/* highest fd ever made a shunt socket */
 };
 

@@ -21,6 +21,7 @@
 #include "preload/fdtable.h"
 #include "preload/fork.h"
 #include "preload/ops.h"
+#include "preload/recycle.h"
 #include "preload/sock.h"
 #include "preload/uring.h"
 
@@ -61,6 +62,9 @@ static int sock_to_kernel(struct shunt_sock *s, int fd, unsigned op)
 	int st = shunt_sock_sync(s), r = 0;
 	struct shunt_file *t;
 
+	/* A recycled half becomes the fresh socket it stands for (recycle.h). */
+	if (shunt_recycle_fresh(s, fd) < 0)
+		return -EOPNOTSUPP;
 	if (st == SHUNT_SOCK_CONNECTING)
 		r = -EINPROGRESS;
 	else if (st == SHUNT_SOCK_CONNECTED)
