@@ -90,15 +90,26 @@ static void fresh_name(void)
 	close(fd);
 }
 
-static void bind_it(void)
+// A new socket of @family with boolean option @name set, bound to @ip port 0.
+static int set_then_bind(int family, int level, int name, const char *ip)
 {
-	int fd = after_one(AF_INET), one = 1;
+	int fd = after_one(family), one = 1;
 	struct t_addr a;
 
-	T_REPORT("SO_REUSEADDR", setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)));
-	t_addr_make(&a, "127.0.0.1", 0);
-	T_REPORT("bind 127.0.0.1:0", bind(fd, (struct sockaddr *)&a.ss, a.len));
-	show_name("bound", fd);
+	T_REPORT("  setsockopt", setsockopt(fd, level, name, &one, sizeof(one)));
+	t_addr_make(&a, ip, 0);
+	T_REPORT("  bind", bind(fd, (struct sockaddr *)&a.ss, a.len));
+	show_name("  bound", fd);
+	return fd;
+}
+
+static void bind_it(void)
+{
+	struct t_addr a;
+	int fd;
+
+	printf("SO_REUSEADDR, then bind 127.0.0.1:0\n");
+	fd = set_then_bind(AF_INET, SOL_SOCKET, SO_REUSEADDR, "127.0.0.1");
 	t_addr_make(&a, "127.0.0.1", 0);
 	T_REPORT("bind again", bind(fd, (struct sockaddr *)&a.ss, a.len));
 	close(fd);
@@ -176,14 +187,8 @@ static void reuseport_pair(void)
 
 static void v6only(void)
 {
-	int fd = after_one(AF_INET6), one = 1;
-	struct t_addr a;
-
-	T_REPORT("IPV6_V6ONLY", setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)));
-	t_addr_make(&a, "::", 0);
-	T_REPORT("bind [::]:0", bind(fd, (struct sockaddr *)&a.ss, a.len));
-	show_name("v6 bound", fd);
-	close(fd);
+	printf("IPV6_V6ONLY, then bind [::]:0\n");
+	close(set_then_bind(AF_INET6, IPPROTO_IPV6, IPV6_V6ONLY, "::"));
 }
 
 static void dup_then_bind(void)
