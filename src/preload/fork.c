@@ -16,6 +16,7 @@
 #include "preload/fork.h"
 #include "preload/journal.h"
 #include "preload/libc.h"
+#include "preload/netns.h"
 #include "preload/notice.h"
 #include "preload/plink.h"
 #include "preload/recycle.h"
@@ -233,6 +234,7 @@ struct clone_call {
 	int (*fn)(void *);
 	void *arg;
 	uint64_t ticket, secret;
+	int flags;
 };
 
 static int clone_child(void *p)
@@ -240,6 +242,8 @@ static int clone_child(void *p)
 	struct clone_call *cc = p;
 
 	shunt_fork_child();
+	if (cc->flags & CLONE_NEWNET)
+		shunt_netns_moved();
 	fork_child_end(cc->ticket, cc->secret);
 	return cc->fn(cc->arg);
 }
@@ -247,7 +251,7 @@ static int clone_child(void *p)
 int shunt_op_clone(int (*fn)(void *), void *stack, int flags, void *arg, pid_t *ptid, void *tls,
 		   pid_t *ctid)
 {
-	struct clone_call cc = { fn, arg, 0, 0 };
+	struct clone_call cc = { fn, arg, 0, 0, flags };
 	int pid;
 
 	/* Another process will hold (or share) our descriptors: recycled halves are fresh first. */

@@ -22,11 +22,48 @@
 #include "preload/handoff.h"
 #include "preload/init.h"
 #include "preload/libc.h"
+#include "preload/netns.h"
 #include "preload/util.h"
 
 pid_t _Fork(void);
 int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags);
 extern char **environ;
+
+/* setns and unshare: a thread that leaves its namespace makes kernel sockets from then on. */
+SHUNT_EXPORT int setns(int fd, int nstype)
+{
+	uint64_t before;
+	long r;
+
+	shunt_ensure_init();
+	/* Only a network namespace matters; a namespace file of any type (0) may be one. */
+	if (nstype && !(nstype & CLONE_NEWNET))
+		return (int)shunt_syscall_app(SYS_setns, fd, nstype);
+	before = shunt_netns_now();
+	r = shunt_syscall_app(SYS_setns, fd, nstype);
+	if (r == 0) {
+		int saved = errno;
+
+		shunt_netns_after(before);
+		errno = saved;
+	}
+	return (int)r;
+}
+
+SHUNT_EXPORT int unshare(int flags)
+{
+	long r;
+
+	shunt_ensure_init();
+	r = shunt_syscall_app(SYS_unshare, flags);
+	if (r == 0 && (flags & CLONE_NEWNET)) {
+		int saved = errno;
+
+		shunt_netns_moved();
+		errno = saved;
+	}
+	return (int)r;
+}
 
 SHUNT_EXPORT pid_t fork(void)
 {

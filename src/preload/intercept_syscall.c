@@ -274,6 +274,10 @@ SHUNT_EXPORT long syscall(long nr, ...)
 		return close((int)a[0]);
 	case SYS_close_range:
 		return close_range((unsigned int)a[0], (unsigned int)a[1], (int)a[2]);
+	case SYS_setns:
+		return setns((int)a[0], (int)a[1]);
+	case SYS_unshare:
+		return unshare((int)a[0]);
 	case SYS_dup:
 		return dup((int)a[0]);
 	case SYS_dup2:

@@ -31,6 +31,7 @@
 #include "preload/journal.h"
 #include "preload/libc.h"
 #include "preload/listenwait.h"
+#include "preload/netns.h"
 #include "preload/ops.h"
 #include "preload/recycle.h"
 #include "preload/relisten.h"
@@ -68,7 +69,8 @@ int shunt_op_socket(int domain, int type, int protocol)
 {
 	int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
 	bool ours = shunt_enabled() && (domain == AF_INET || domain == AF_INET6) &&
-		    base == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
+		    base == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP) &&
+		    !shunt_netns_left();
 	uint64_t ident = 0;
 	struct shunt_sock *s;
 	int fd;

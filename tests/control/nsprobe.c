@@ -10,11 +10,19 @@
  *   nsprobe client ADDR PORT [SRC]        connect (from SRC if given), print
  *                                         the addresses or the errno's name,
  *                                         send a request, print the answer
+ *   nsprobe move ADDR PORT NETNS          a client's exchange, a socket made,
+ *                                         setns into the namespace file NETNS,
+ *                                         an exchange on a new socket, then one
+ *                                         on the socket made before the move
+ *                                         (the kernel keeps it in its own
+ *                                         namespace)
  *
  * Lines: "listening", "accepted local IP PORT peer IP PORT", "request TEXT",
  * "connected local IP PORT peer IP PORT", "connect ENAME", "reply TEXT".
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,11 +161,11 @@ static int server(const char *addr, const char *port, const char *tag, int count
 	return 0;
 }
 
-static int client(const char *addr, const char *port, const char *src)
+/* Connect @fd (from SRC if given) to ADDR PORT, send a request, print what happens. */
+static int exchange(int fd, const char *addr, const char *port, const char *src)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = parse(addr, port, &ss);
-	int fd = socket(ss.ss_family, SOCK_STREAM, 0);
 	char reply[300];
 
 	if (fd < 0)
@@ -184,12 +192,43 @@ static int client(const char *addr, const char *port, const char *src)
 	return 0;
 }
 
+static int family_of(const char *addr)
+{
+	return strchr(addr, ':') ? AF_INET6 : AF_INET;
+}
+
+static int client(const char *addr, const char *port, const char *src)
+{
+	return exchange(socket(family_of(addr), SOCK_STREAM, 0), addr, port, src);
+}
+
+static int move(const char *addr, const char *port, const char *netns)
+{
+	int before, ns;
+
+	if (client(addr, port, NULL))
+		return 1;
+	before = socket(family_of(addr), SOCK_STREAM, 0);
+	ns = open(netns, O_RDONLY | O_CLOEXEC);
+	if (ns < 0 || setns(ns, CLONE_NEWNET) < 0)
+		return fail("setns");
+	close(ns);
+	printf("moved\n");
+	if (client(addr, port, NULL))
+		return 1;
+	printf("the socket made before the move:\n");
+	return exchange(before, addr, port, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 5 && !strcmp(argv[1], "server"))
 		return server(argv[2], argv[3], argv[4], argc > 5 ? atoi(argv[5]) : 1);
 	if (argc >= 4 && !strcmp(argv[1], "client"))
 		return client(argv[2], argv[3], argc > 4 ? argv[4] : NULL);
-	fprintf(stderr, "usage: nsprobe server ADDR PORT TAG [COUNT] | client ADDR PORT [SRC]\n");
+	if (argc >= 5 && !strcmp(argv[1], "move"))
+		return move(argv[2], argv[3], argv[4]);
+	fprintf(stderr, "usage: nsprobe server ADDR PORT TAG [COUNT] | client ADDR PORT [SRC] | "
+		"move ADDR PORT NETNS\n");
 	return 2;
 }

@@ -423,3 +423,38 @@ def test_own_address_in_a_namespace(world, net):
     lines, cstats, sstats = differential(world, h, "10.99.5.1", "H", h, "10.99.5.1")
     assert lines[0] == f"connected local 10.99.5.1 EPH peer 10.99.5.1 {PORT}", lines
     assert_shm(cstats, sstats, world)
+
+
+EPHEMERAL = re.compile(r"^(connected local \S+) \d+ (peer .*)$")
+
+
+def test_a_thread_that_moves_to_another_namespace(world, net):
+    """A process whose thread moves to another namespace (setns) connects as
+    the kernel does: a socket made after the move reaches that namespace's
+    listener, one made before still reaches its own namespace's. Under shunt
+    the session and its channels are the first namespace's, so the sockets
+    made after the move are the kernel's (src/preload/netns.h); before stop
+    30 they reached the first namespace's server."""
+    a, b = net.ns("mva"), net.ns("mvb")
+    runs = {}
+    for under_shunt in (False, True):
+        srv_a = world.server(a, under_shunt, "127.0.0.1", "A", count=2)
+        srv_b = world.server(b, under_shunt, "127.0.0.1", "B")
+        env, stats = world._env(under_shunt)
+        res = run_captured(world._argv(a, under_shunt, ["move", "127.0.0.1", PORT,
+                                                        f"/var/run/netns/{b}"]),
+                           env, timeout=20)
+        assert res.rc == 0, res.describe()
+        lines = [EPHEMERAL.sub(r"\1 EPH \2", x) for x in res.stdout.decode().splitlines()]
+        _, sstats_a = srv_a.finish()
+        _, sstats_b = srv_b.finish()
+        runs[under_shunt] = (lines, read_stats(stats)[1], sstats_a, sstats_b)
+    plain, shunt = runs[False][0], runs[True][0]
+    assert [x for x in plain if x.startswith("reply")] == ["reply A:hello", "reply B:hello",
+                                                            "reply A:hello"], plain
+    assert shunt == plain, f"plain:\n{plain}\nshunt:\n{shunt}"
+    _, cstats, sstats_a, sstats_b = runs[True]
+    # Before the move and on the socket made before it: shared memory, in A.
+    assert cstats.get("shm_connect", 0) == 2, cstats
+    assert sstats_a.get("shm_accept", 0) == 2, sstats_a
+    assert sstats_b.get("kernel_accept", 0) == 1 and not sstats_b.get("shm_accept"), sstats_b
