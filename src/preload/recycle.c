@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "common/addr.h"
 #include "common/log.h"
 #include "common/sys.h"
 #include "preload/fdtable.h"

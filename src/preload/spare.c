@@ -3,25 +3,26 @@
  * Spare kernel halves (spare.h). A half is kept only while nothing else
  * could have seen it used, which sock->spare records: the library made it
  * for an accepted circuit (not shuntd's companion), or the program made it
- * and connected it to a circuit; no other descriptor or process has held
- * it (dup, fork, exec, SCM_RIGHTS and io_uring clear the flag); and the
- * program set no option on it that the library cannot put back as a fresh
- * socket has it (opts.c, shunt_opts_reset).
+ * with socket() and connected it to a circuit or never used it; no other
+ * descriptor or process has held it (dup, fork, exec, SCM_RIGHTS and
+ * io_uring clear the flag); and the program set no option on it that the
+ * library cannot put back as a fresh socket has it (opts.c,
+ * shunt_opts_reset).
  *
- * There are two kinds. An accepted circuit's half was never bound, and is
- * the next accepted connection's. A connecting socket's half is bound to
- * the port the connection had (the library binds it before it queues the
- * connection, so that the port is the kernel's to give and to refuse):
- * it is the next socket()'s, presented as fresh (recycle.c), and its port
- * the next connection's if that one goes through a channel from the same
- * address. Such a half is kept only if the peer had closed its end first:
- * then no connection of that address and port is left anywhere, as none
- * is in the kernel once both sides have closed (the kernel keeps the
- * 4-tuple in TIME_WAIT, which a new connect from the same port may reuse
- * on loopback); a port is never carried by two live connections at once.
- * While kept, its port stays bound: a bind() of that very port elsewhere
- * fails with EADDRINUSE, as it may for any port of the ephemeral range
- * that an outgoing connection holds (docs/connect.md, "Client halves").
+ * There are two kinds. An unbound half (an accepted circuit's, or a socket
+ * never used) is the next accepted connection's. A connecting socket's
+ * half is bound to the port the connection had (the library binds it
+ * before it queues the connection, so that the port is the kernel's to
+ * give and to refuse): it is the next socket()'s, presented as fresh
+ * (recycle.c), and its port the next connection's if that one goes
+ * through a channel from the same address and the port's last connection
+ * is over at both ends (chan.c, shunt_chan_port_free): the kernel never
+ * carries two live connections of one address and port pair either (it
+ * keeps the pair in TIME_WAIT, which a new connect may reuse on
+ * loopback). While kept, its port stays bound: a bind() of that very port
+ * elsewhere fails with EADDRINUSE, as it may for any port of the
+ * ephemeral range that an outgoing connection holds (docs/connect.md,
+ * "Client halves").
  *
  * shuntd finds a circuit end's kernel socket by its inode in the process
  * that journaled it (daemon/companion.c), and turns it into the
