@@ -297,13 +297,6 @@ bool shunt_chan_port_free(struct shunt_chan *ch, const struct shunt_port_past *p
 	return shunt_slot_gen(w) != past->gen || shunt_slot_state(w) == SHUNT_SLOT_FREE;
 }
 
-/* Whether @a and @b name one address, ports aside. */
-static bool same_address(const struct shunt_wire_addr *a, const struct shunt_wire_addr *b)
-{
-	return a->family == b->family && a->scope_id == b->scope_id &&
-	       !memcmp(a->addr, b->addr, sizeof(a->addr));
-}
-
 /*
  * The address of socket @s (as @fd), bound to the channel's source address
  * first if it is not bound yet, as connect() binds it. 0 or -errno.
@@ -347,8 +340,8 @@ again:
 		src = ch->src;
 		if (local->family == AF_INET6)
 			shunt_addr_map_v6(&src);
-		if (local->port && same_address(&src, local) &&
-		    shunt_chan_port_free(ch, &s->port_past))
+		if (local->port && shunt_addr_same_ip(&src, local) &&
+		    src.scope_id == local->scope_id && shunt_chan_port_free(ch, &s->port_past))
 			return 0;
 		r = shunt_recycle_fresh(s, fd);
 		if (r < 0)

@@ -39,12 +39,7 @@ static bool unmark(struct shunt_sock *s)
 	return true;
 }
 
-void shunt_recycle_used(struct shunt_sock *s)
-{
-	unmark(s);
-}
-
-void shunt_recycle_released(struct shunt_sock *s)
+void shunt_recycle_done(struct shunt_sock *s)
 {
 	unmark(s);
 }
@@ -75,7 +70,11 @@ static int swap(struct shunt_sock *s, int fd)
 	if (r < 0)
 		return -e;
 	atomic_store_explicit(&s->f.ident, shunt_fdt_sock_ident(fd), memory_order_relaxed);
-	/* A fresh socket the program made: unbound, and no spare (it was never a circuit's). */
+	/*
+	 * Unbound, as socket() made it; and kept at close no more: what gave it
+	 * a fresh half (an epoll registration on its file, say) is nothing the
+	 * spares put back.
+	 */
 	atomic_store_explicit(&s->unbound, true, memory_order_relaxed);
 	atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 	return 0;
@@ -99,19 +98,15 @@ int shunt_recycle_fresh(struct shunt_sock *s, int fd)
 	return r;
 }
 
-int shunt_recycle_fresh_fd(int fd)
+/* shunt_recycle_fresh for descriptor @fd, whatever it is (only a socket of ours can be recycled). */
+static void fresh_fd(int fd)
 {
-	struct shunt_sock *s;
-	int r;
+	struct shunt_sock *s = shunt_fdt_get(fd);
 
-	if (!atomic_load_explicit(&outstanding, memory_order_relaxed))
-		return 0;
-	s = shunt_fdt_get(fd);
 	if (!s)
-		return 0;
-	r = shunt_recycle_fresh(s, fd);
+		return;
+	shunt_recycle_fresh(s, fd);
 	shunt_sock_put(s);
-	return r;
 }
 
 void shunt_recycle_fresh_all(void)
@@ -119,7 +114,7 @@ void shunt_recycle_fresh_all(void)
 	if (!atomic_load_explicit(&outstanding, memory_order_relaxed))
 		return;
 	for (size_t fd = 0; fd < shunt_fdt_high(); fd++)
-		shunt_recycle_fresh_fd((int)fd);
+		fresh_fd((int)fd);
 }
 
 int shunt_recycle_getsockname(const struct shunt_sock *s, struct sockaddr *addr, socklen_t *len)

@@ -28,17 +28,15 @@ void shunt_recycle_note(struct shunt_sock *s);
  */
 int shunt_recycle_fresh(struct shunt_sock *s, int fd);
 
-/* The same for descriptor @fd, whatever it is (only a socket of ours can be recycled). */
-int shunt_recycle_fresh_fd(int fd);
-
 /* Before a fork: the child would hold every half too. No library lock held. */
 void shunt_recycle_fresh_all(void);
 
-/* A connection took the half's port: @s is an ordinary socket now. */
-void shunt_recycle_used(struct shunt_sock *s);
-
-/* @s is released: one recycled socket fewer to look for before a fork. */
-void shunt_recycle_released(struct shunt_sock *s);
+/*
+ * @s has no recycled half to hide any more: a connection took its port (an
+ * ordinary socket now), or @s is released (one fewer to look for before a
+ * fork).
+ */
+void shunt_recycle_done(struct shunt_sock *s);
 
 /* getsockname of a recycled socket: a fresh one's wildcard address, port 0. */
 int shunt_recycle_getsockname(const struct shunt_sock *s, struct sockaddr *addr, socklen_t *len);

@@ -168,7 +168,7 @@ static void release(struct shunt_sock *s)
 	}
 	/* After the end is let go of: the journal says so before the half is a spare. */
 	shunt_spare_put(s);
-	shunt_recycle_released(s);
+	shunt_recycle_done(s);
 	while (s->retired) {
 		struct shunt_conn *c = s->retired;
 

@@ -633,7 +633,7 @@ static int connect_start(struct shunt_sock *s, int fd, const struct sockaddr *ad
 attached:
 	/* Its kernel half, bound to the connection's port, may be the next socket()'s (spare.c). */
 	s->spare_bound = true;
-	shunt_recycle_used(s);
+	shunt_recycle_done(s);
 	s->conn = conn;
 	shunt_sock_opts_to_circuit(s);
 	shunt_notice_bind(conn, s);
