@@ -25,6 +25,13 @@
  *       child is a new process of the library: it starts, says HELLO, gets
  *       its channel, connects once and exits. Reports the wall time and
  *       the children's CPU time (getrusage) per process.
+ *   conn spawn --port P --count N --connect 0
+ *       the same, but each child execs this program as `exit`, which makes
+ *       no connection and returns: what the library costs a process that
+ *       never uses a socket (a shell script's commands), the floor under
+ *       the spawn shape.
+ *   conn exit
+ *       returns 0 at once.
  *
  * Prints one JSON object on stdout.
  */
@@ -55,6 +62,7 @@ struct conn_args {
 	int workers;
 	const char *ready_file;
 	bool gate;
+	bool connect;	/* spawn: whether each child connects */
 };
 
 static struct sockaddr_in server_addr(uint16_t port)
@@ -338,8 +346,11 @@ static int run_spawn(const struct conn_args *a)
 
 			if (null >= 0)
 				dup2(null, STDOUT_FILENO);
-			execl("/proc/self/exe", "conn", "loop", "--port", port, "--count", "1",
-			      (char *)NULL);
+			if (a->connect)
+				execl("/proc/self/exe", "conn", "loop", "--port", port, "--count",
+				      "1", (char *)NULL);
+			else
+				execl("/proc/self/exe", "conn", "exit", (char *)NULL);
 			_exit(127);
 		}
 		if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
@@ -359,19 +370,21 @@ static int run_spawn(const struct conn_args *a)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: conn server|loop|burst|hold|sink|spawn --port P [--count N] [--bytes B]\n"
-		   "            [--workers N] [--ready-file F] [--gate 1]\n");
+	fprintf(f, "usage: conn server|loop|burst|hold|sink|spawn|exit --port P [--count N] [--bytes B]\n"
+		   "            [--workers N] [--ready-file F] [--gate 1] [--connect 0]\n");
 }
 
 int main(int argc, char **argv)
 {
-	struct conn_args a = { .count = 1000, .workers = 1 };
+	struct conn_args a = { .count = 1000, .workers = 1, .connect = true };
 
 	if (argc < 2 || !strcmp(argv[1], "--help")) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2;
 	}
 	a.mode = argv[1];
+	if (!strcmp(a.mode, "exit"))
+		return 0;
 	for (int i = 2; i + 1 < argc; i += 2) {
 		const char *o = argv[i], *v = argv[i + 1];
 
@@ -387,6 +400,8 @@ int main(int argc, char **argv)
 			a.ready_file = v;
 		else if (!strcmp(o, "--gate"))
 			a.gate = atoi(v) != 0;
+		else if (!strcmp(o, "--connect"))
+			a.connect = atoi(v) != 0;
 		else
 			shunt_bench_die(0, "unknown option %s", o);
 	}

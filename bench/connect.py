@@ -23,6 +23,10 @@ Shapes:
            CPU time per process: of the whole machine (/proc/stat), and
            apart, of the children (their rusage), of the server's
            processes and of shuntd (/proc/PID/task/TID/schedstat).
+  exec     the floor under spawn: the same parent and children, but each
+           child makes no connection and exits (a shell script's commands):
+           what loading the library costs a process that never uses a
+           socket; time and CPU per process as for spawn.
   memory   memory per connection at rest: bench/memory.py (2,000
            connections after 1 KiB and after 256 KiB each way), its
            memory.json and memory.png in the same directory.
@@ -45,7 +49,7 @@ from core import (REPO, free_tcp_port, last_json, log, mode_envs, read_stats, sp
                   stop_daemon, unix_listener_pids, wait_ready, write_doc)
 from machine import git_info, machine_info
 
-SHAPES = ["loop", "burst", "prefork", "workers", "spawn", "memory"]
+SHAPES = ["loop", "burst", "prefork", "workers", "spawn", "exec", "memory"]
 PREFORK = 4
 
 
@@ -58,10 +62,11 @@ class Bench:
         self.kernel_env, self.shunt_env = mode_envs(tmp)
         self.seq = 0
 
-    def session(self, mode, workers, clients):
+    def session(self, mode, workers, clients, connects=True):
         """A server with @workers, then @clients (argv lists) at once; their
         JSON reports, and under shunt whether every connection used shared
-        memory (SHUNT_STATS of both sides)."""
+        memory (SHUNT_STATS of both sides; None when @connects is false:
+        the clients make no connection)."""
         self.seq += 1
         env, pre = dict(self.kernel_env), []
         stats = os.path.join(self.tmp, "stats.%d" % self.seq)
@@ -99,7 +104,7 @@ class Bench:
                 stop(p)
             stop(srv)
         on_shm = None
-        if mode == "shunt":
+        if mode == "shunt" and connects:
             st = read_stats(stats) or []
             made = sum(int(c[c.index("--count") + 1]) for c in clients)
             shm = sum(s.get("shm_connect", 0) for s in st)
@@ -175,7 +180,8 @@ def alternated(args, shape_fn, b, modes):
     for m in modes:
         keys = plans[m][1]
         out[m] = {k: median([r[k] for r in runs[m]]) for k in keys}
-        out[m]["on_shm"] = all(r["on_shm"] for r in runs[m]) if m == "shunt" else None
+        shm = [r.get("on_shm") for r in runs[m]]
+        out[m]["on_shm"] = all(shm) if m == "shunt" and None not in shm else None
         out[m]["runs"] = runs[m]
     return out
 
@@ -226,6 +232,17 @@ def do_spawn(b, args, mode):
                   "shuntd_cpu_us")
 
 
+def do_exec(b, args, mode):
+    def once():
+        recs, _, _ = b.session(mode, 1, [["spawn", "--count", str(args.spawn),
+                                          "--connect", "0"]], connects=False)
+        return {"per_process_us": recs[0]["per_process_us"],
+                "cpu_per_process_us": b.last_busy_s * 1e6 / args.spawn,
+                "child_cpu_us": recs[0]["child_cpu_us"],
+                "shuntd_cpu_us": b.last_daemon_s * 1e6 / args.spawn}
+    return once, ("per_process_us", "cpu_per_process_us", "child_cpu_us", "shuntd_cpu_us")
+
+
 def do_memory(args, out):
     """bench/memory.py, run as its own program; its verdicts and per-connection figures."""
     res = subprocess.run([sys.executable, os.path.join(REPO, "bench", "memory.py"),
@@ -274,6 +291,14 @@ def targets(doc):
                 s["per_process_us"], k["per_process_us"], s["cpu_per_process_us"],
                 k["cpu_per_process_us"], s["child_cpu_us"], k["child_cpu_us"],
                 s["server_cpu_us"], k["server_cpu_us"], s["shuntd_cpu_us"]))
+    if "exec" in doc:
+        k, s = doc["exec"]["kernel"], doc["exec"]["shunt"]
+        add(s["per_process_us"] <= k["per_process_us"],
+            "exec: %.0f us per process that makes no connection, kernel %.0f us (need <= "
+            "kernel); CPU of the whole machine %.0f us per process, kernel %.0f us (the "
+            "child %.0f against %.0f)" % (
+                s["per_process_us"], k["per_process_us"], s["cpu_per_process_us"],
+                k["cpu_per_process_us"], s["child_cpu_us"], k["child_cpu_us"]))
     if "memory" in doc:
         for t in doc["memory"].get("targets", []):
             add(t["pass"], "memory at rest after %d B each way: %.2f KiB per connection more "
@@ -299,7 +324,8 @@ def plot(doc, path):
               ("burst", [("open_s", "open"), ("close_s", "close")], "s"),
               ("prefork", [("conns_per_s", "connections/s")], "/s"),
               ("workers", [("per_conn_us", "per connection")], "us"),
-              ("spawn", [("per_process_us", "per process")], "us")]
+              ("spawn", [("per_process_us", "per process")], "us"),
+              ("exec", [("per_process_us", "per process")], "us")]
     panels = [p for p in panels if p[0] in doc]
     if not panels:
         return
@@ -323,7 +349,8 @@ def main():
     p.add_argument("--shapes", default=",".join(SHAPES))
     p.add_argument("--count", type=int, default=3000, help="connections per loop client")
     p.add_argument("--burst", type=int, default=10000, help="connections opened at once")
-    p.add_argument("--spawn", type=int, default=500, help="processes that connect once each")
+    p.add_argument("--spawn", type=int, default=500,
+                   help="processes that connect once each (spawn), or not at all (exec)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--out")
@@ -334,7 +361,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     doc = {"machine": machine_info(), "git": git_info(REPO), "args": vars(args)}
     fns = {"loop": do_loop, "burst": do_burst, "prefork": do_prefork, "workers": do_workers,
-           "spawn": do_spawn}
+           "spawn": do_spawn, "exec": do_exec}
     with tempfile.TemporaryDirectory(prefix="shunt-connect-") as tmp:
         b = Bench(args, tmp)
         try:
