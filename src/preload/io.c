@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <netinet/tcp.h>
@@ -17,6 +18,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/sys.h"
 #include "preload/cmsg.h"
 #include "preload/conn.h"
@@ -173,6 +175,29 @@ static int opt_rcvlowat(struct shunt_sock *s, int fd)
 	return v;
 }
 
+/*
+ * Urgent data (MSG_OOB) has no place in a ring: the connection moves onto
+ * its kernel socket first, for both ends, as before an exec, and the kernel
+ * sends the byte, so that the peer sees it as urgent (POLLPRI, select's
+ * exceptional set, SIOCATMARK, recv(MSG_OOB)). True when the kernel carries
+ * the connection now; false leaves it on the circuit, where the byte goes
+ * in line, said once.
+ */
+static bool urgent_to_kernel(struct shunt_sock *s, int fd)
+{
+	static _Atomic bool warned;
+	int r = shunt_sock_downgrade(s, fd);
+
+	if (r == 0 && shunt_sock_sync(s) == SHUNT_SOCK_KERNEL) {
+		shunt_info("fd %d: urgent data: the connection moves onto the kernel", fd);
+		return true;
+	}
+	if (!atomic_exchange(&warned, true))
+		shunt_warn("fd %d: urgent data on a shared-memory connection that cannot move onto "
+			   "the kernel (%s): the byte goes in line", fd, strerror(r < 0 ? -r : EIO));
+	return false;
+}
+
 /* A send, and the verdict on its control data (sendmsg) to give once the state allows. */
 static ssize_t send_iov(struct shunt_sock *s, int fd, const struct iovec *iov, int iovcnt,
 			int flags, int cmsg_err)
@@ -188,6 +213,8 @@ static ssize_t send_iov(struct shunt_sock *s, int fd, const struct iovec *iov, i
 	ssize_t r = await_connected(s, io.nonblock, io.timeout_us);
 	struct shunt_conn *c = s->conn;
 
+	if (r == 0 && c && (flags & MSG_OOB) && !cmsg_err && urgent_to_kernel(s, fd))
+		return kernel_rest(fd, iov, iovcnt, flags, 0, true);
 	if (r == 0)
 		r = c ? shunt_conn_send(c, iov, iovcnt, flags, &io) : -EPIPE;
 	if (io.moved && r >= 0) {
