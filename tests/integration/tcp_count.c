@@ -107,13 +107,15 @@ struct end {
 	bool draining;		/* after shutdown: the peer may end the connection */
 };
 
-/* Whether @fd's connection is over at both ends (TCP_CLOSE): the counts are refused then. */
+enum { STATE_CLOSE = 7 };	/* the kernel's TCP_CLOSE */
+
+/* Whether @fd's connection is over at both ends: the counts are refused then. */
 static bool closed(int fd)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
 
-	return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == 7;
+	return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == STATE_CLOSE;
 }
 
 /*
