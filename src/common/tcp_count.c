@@ -60,34 +60,49 @@ static int queued(int fd, unsigned long req, uint64_t *n)
 	return 0;
 }
 
-int shunt_tcp_written(int fd, bool connector, uint64_t *n)
+/*
+ * TCP_INFO into @ti and the queue @sending selects (SIOCOUTQ, else SIOCINQ)
+ * into @q, read so that they agree: TCP_INFO again after the ioctl, until
+ * the byte count beside that queue reads the same both times (it only
+ * grows, so nothing moved it in between).
+ */
+static int snapshot(int fd, bool sending, struct tcp_info *ti, uint64_t *q)
 {
-	struct tcp_info a, b;
-	uint64_t q = 0;
+	struct tcp_info a;
 	int r;
 
 	for (int i = 0; i < TRIES; i++) {
-		if ((r = info(fd, &a)) < 0 || (r = queued(fd, SIOCOUTQ, &q)) < 0 ||
-		    (r = info(fd, &b)) < 0)
+		if ((r = info(fd, &a)) < 0 || (r = queued(fd, sending ? SIOCOUTQ : SIOCINQ, q)) < 0 ||
+		    (r = info(fd, ti)) < 0)
 			return r;
-		/* bytes_acked only grows: the same twice, and no ACK moved bytes out of q between. */
-		if (a.tcpi_bytes_acked != b.tcpi_bytes_acked || a.tcpi_state != b.tcpi_state)
-			continue;
-		uint64_t seqs = b.tcpi_bytes_acked + q;
-		uint64_t ctl = (connector ? 1u : 0u) + !!(fin_sent & BIT(b.tcpi_state));
-
-		if (seqs < ctl)
-			return -ENOTCONN;
-		*n = seqs - ctl;
-		return 0;
+		if ((sending ? a.tcpi_bytes_acked == ti->tcpi_bytes_acked
+			     : a.tcpi_bytes_received == ti->tcpi_bytes_received) &&
+		    a.tcpi_state == ti->tcpi_state)
+			return 0;
 	}
 	return -EAGAIN;
 }
 
+int shunt_tcp_written(int fd, bool connector, uint64_t *n)
+{
+	struct tcp_info ti;
+	uint64_t q = 0, seqs, ctl;
+	int r = snapshot(fd, true, &ti, &q);
+
+	if (r < 0)
+		return r;
+	seqs = ti.tcpi_bytes_acked + q;
+	ctl = (connector ? 1u : 0u) + !!(fin_sent & BIT(ti.tcpi_state));
+	if (seqs < ctl)
+		return -ENOTCONN;
+	*n = seqs - ctl;
+	return 0;
+}
+
 int shunt_tcp_read(int fd, uint64_t *n)
 {
-	struct tcp_info a, b;
-	uint64_t q = 0;
+	struct tcp_info ti;
+	uint64_t q = 0, ctl;
 	char c;
 	int r;
 
@@ -96,19 +111,11 @@ int shunt_tcp_read(int fd, uint64_t *n)
 		return -EINVAL;
 	if (errno != EINVAL)
 		return errno == EAGAIN ? -EINVAL : -errno;
-	for (int i = 0; i < TRIES; i++) {
-		if ((r = info(fd, &a)) < 0 || (r = queued(fd, SIOCINQ, &q)) < 0 ||
-		    (r = info(fd, &b)) < 0)
-			return r;
-		/* bytes_received only grows: the same twice, and nothing arrived between. */
-		if (a.tcpi_bytes_received != b.tcpi_bytes_received || a.tcpi_state != b.tcpi_state)
-			continue;
-		uint64_t ctl = !!(fin_received & BIT(b.tcpi_state));
-
-		if (b.tcpi_bytes_received < q + ctl)
-			return -ENOTCONN;
-		*n = b.tcpi_bytes_received - q - ctl;
-		return 0;
-	}
-	return -EAGAIN;
+	if ((r = snapshot(fd, false, &ti, &q)) < 0)
+		return r;
+	ctl = !!(fin_received & BIT(ti.tcpi_state));
+	if (ti.tcpi_bytes_received < q + ctl)
+		return -ENOTCONN;
+	*n = ti.tcpi_bytes_received - q - ctl;
+	return 0;
 }
