@@ -4,6 +4,7 @@
 // SIOCATMARK, recv(MSG_OOB)), apart from the stream, inline with
 // SO_OOBINLINE, and the connection goes on carrying data both ways.
 // shunt-expect: shm_connect>=1 shm_accept>=1 shm_tx_bytes>=3 shm_rx_bytes>=3
+// shunt-needs: companions
 #include "t_harness.h"
 
 #include <poll.h>
