@@ -407,7 +407,7 @@ int main(int argc, char **argv)
 	uint64_t ops = 20000, seed = 1;
 	bool forked = false;
 	int cfd, sfd, circuit[2];
-	uint8_t *buf = malloc(BUF);
+	static uint8_t buf[BUF];	/* what each end sends and receives, in turn */
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--ops"))
@@ -425,8 +425,6 @@ int main(int argc, char **argv)
 		else
 			fail("unknown option %s", argv[i]);
 	}
-	if (!buf)
-		die("malloc");
 	rng_state = seed * 0x2545f4914f6cdd1dull + 1;
 	pair(ns_srv, ns_cli, ip, &cfd, &sfd);
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, circuit) < 0)
