@@ -180,7 +180,7 @@ def alternated(args, shape_fn, b, modes):
     for m in modes:
         keys = plans[m][1]
         out[m] = {k: median([r[k] for r in runs[m]]) for k in keys}
-        shm = [r.get("on_shm") for r in runs[m]]
+        shm = [r["on_shm"] for r in runs[m]]
         out[m]["on_shm"] = all(shm) if m == "shunt" and None not in shm else None
         out[m]["runs"] = runs[m]
     return out
@@ -220,9 +220,12 @@ def do_workers(b, args, mode):
     return once, ("per_conn_us",)
 
 
-def do_spawn(b, args, mode):
+def spawned(b, args, mode, connect):
+    """--spawn processes one after another, each connecting once (or, without
+    @connect, not at all): time and CPU per process."""
     def once():
-        recs, _, on_shm = b.session(mode, 1, [["spawn", "--count", str(args.spawn)]])
+        argv = ["spawn", "--count", str(args.spawn)] + ([] if connect else ["--connect", "0"])
+        recs, _, on_shm = b.session(mode, 1, [argv], connects=connect)
         return {"per_process_us": recs[0]["per_process_us"],
                 "cpu_per_process_us": b.last_busy_s * 1e6 / args.spawn,
                 "child_cpu_us": recs[0]["child_cpu_us"],
@@ -232,15 +235,12 @@ def do_spawn(b, args, mode):
                   "shuntd_cpu_us")
 
 
+def do_spawn(b, args, mode):
+    return spawned(b, args, mode, True)
+
+
 def do_exec(b, args, mode):
-    def once():
-        recs, _, _ = b.session(mode, 1, [["spawn", "--count", str(args.spawn),
-                                          "--connect", "0"]], connects=False)
-        return {"per_process_us": recs[0]["per_process_us"],
-                "cpu_per_process_us": b.last_busy_s * 1e6 / args.spawn,
-                "child_cpu_us": recs[0]["child_cpu_us"],
-                "shuntd_cpu_us": b.last_daemon_s * 1e6 / args.spawn}
-    return once, ("per_process_us", "cpu_per_process_us", "child_cpu_us", "shuntd_cpu_us")
+    return spawned(b, args, mode, False)
 
 
 def do_memory(args, out):
@@ -282,23 +282,17 @@ def targets(doc):
         add(s["per_conn_us"] <= k["per_conn_us"],
             "workers: one client against %d: %.1f us per connection, kernel %.1f us "
             "(need <= kernel)" % (PREFORK, s["per_conn_us"], k["per_conn_us"]))
-    if "spawn" in doc:
-        k, s = doc["spawn"]["kernel"], doc["spawn"]["shunt"]
-        add(s["per_process_us"] <= k["per_process_us"],
-            "spawn: %.0f us per process that connects once, kernel %.0f us (need <= kernel); "
-            "CPU of the whole machine %.0f us per process, kernel %.0f us (the child %.0f "
-            "against %.0f, the server %.0f against %.0f, shuntd %.0f)" % (
-                s["per_process_us"], k["per_process_us"], s["cpu_per_process_us"],
-                k["cpu_per_process_us"], s["child_cpu_us"], k["child_cpu_us"],
-                s["server_cpu_us"], k["server_cpu_us"], s["shuntd_cpu_us"]))
-    if "exec" in doc:
-        k, s = doc["exec"]["kernel"], doc["exec"]["shunt"]
-        add(s["per_process_us"] <= k["per_process_us"],
-            "exec: %.0f us per process that makes no connection, kernel %.0f us (need <= "
-            "kernel); CPU of the whole machine %.0f us per process, kernel %.0f us (the "
-            "child %.0f against %.0f)" % (
-                s["per_process_us"], k["per_process_us"], s["cpu_per_process_us"],
-                k["cpu_per_process_us"], s["child_cpu_us"], k["child_cpu_us"]))
+    for shape, what in (("spawn", "connects once"), ("exec", "makes no connection")):
+        if shape in doc:
+            k, s = doc[shape]["kernel"], doc[shape]["shunt"]
+            add(s["per_process_us"] <= k["per_process_us"],
+                "%s: %.0f us per process that %s, kernel %.0f us (need <= kernel); CPU of the "
+                "whole machine %.0f us per process, kernel %.0f us (the child %.0f against "
+                "%.0f, the server %.0f against %.0f, shuntd %.0f)" % (
+                    shape, s["per_process_us"], what, k["per_process_us"],
+                    s["cpu_per_process_us"], k["cpu_per_process_us"], s["child_cpu_us"],
+                    k["child_cpu_us"], s["server_cpu_us"], k["server_cpu_us"],
+                    s["shuntd_cpu_us"]))
     if "memory" in doc:
         for t in doc["memory"].get("targets", []):
             add(t["pass"], "memory at rest after %d B each way: %.2f KiB per connection more "
