@@ -71,6 +71,14 @@ class World(ShuntdWorld):
         # `shunt daemon` execs shuntd: the pid we kill is the daemon's.
         super().__init__(shunt, build_dir, directory, tools, [shunt, "daemon"])
         self.runs = 0
+        self.started = False    # test_a began the scenario the next tests continue
+
+    def continue_scenario(self):
+        """Tests b to d continue what test_a began (connections opened, then
+        shuntd killed); alone they have nothing to continue."""
+        if not self.started:
+            pytest.skip("SKIPPED LOUDLY: a later step of the scenario test_a begins "
+                        "(connections open, shuntd killed): select the whole module")
 
     def env(self, stats=None):
         env = super().env(stats)
@@ -145,6 +153,7 @@ def test_a_established_connections_outlive_shuntd(world):
     one from another process that sends its first byte only after shuntd
     is dead to a server waiting in epoll: every byte arrives intact both
     ways, then shutdown and close work."""
+    world.started = True
     c, s, q = world.client, world.server, world.quiet
     q.send("open qq quiet")
     q.expect("opened qq")
@@ -189,6 +198,7 @@ def test_b_new_connections_use_the_kernel_while_shuntd_is_dead(world):
     """Without shuntd: connects between shunt processes (running ones and
     new ones) and a new listen() work, over the kernel, with no error the
     program sees; and an idle process does not spin retrying."""
+    world.continue_scenario()
     c, s = world.client, world.server
     assert world.daemon is None and os.path.exists(world.socket)
     # What shuntd had queued died with it: accept() neither fails nor spins on it.
@@ -233,6 +243,7 @@ def test_c_handing_on_while_shuntd_is_dead(world, how):
     hangs, and the other connections of the process are not touched (a
     child closing what it inherited, as subprocess does before exec, must
     not end them)."""
+    world.continue_scenario()
     c, s = world.client, world.server
     name = {"fork": "f1", "exec": "e1", "pass": "p1"}[how]
     c.send(f"{how} {name}")
@@ -261,6 +272,7 @@ def test_d_restarted_shuntd_serves_again_without_leaks(world):
     """shuntd started again on the same path (the dead one's socket file is
     replaced; a live one is never displaced) serves new processes and the
     ones that ran through the outage, and gives every descriptor back."""
+    world.continue_scenario()
     c, s = world.client, world.server
     d2 = world.start_daemon()
     # Once the probe that saw it answer is gone, its only socket is the control socket.
