@@ -26,6 +26,16 @@ struct shunt_once {
 
 #define SHUNT_ONCE_INIT { SHUNT_ONCE_NEW }
 
+/* A spinning thread's pause, which costs no system call. */
+static inline void shunt_spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
 static inline void shunt_once(struct shunt_once *o, void (*fn)(void))
 {
 	int v = SHUNT_ONCE_NEW;
@@ -40,13 +50,8 @@ static inline void shunt_once(struct shunt_once *o, void (*fn)(void))
 		atomic_store_explicit(&o->state, SHUNT_ONCE_DONE, memory_order_release);
 		return;
 	}
-	while (atomic_load_explicit(&o->state, memory_order_acquire) != SHUNT_ONCE_DONE) {
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#elif defined(__aarch64__)
-		__asm__ volatile("yield");
-#endif
-	}
+	while (atomic_load_explicit(&o->state, memory_order_acquire) != SHUNT_ONCE_DONE)
+		shunt_spin_pause();
 }
 
 #endif

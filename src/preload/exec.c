@@ -207,6 +207,30 @@ static int keep(uint64_t ticket, struct candidate *c)
 	return r;
 }
 
+/*
+ * @envp with SHUNT_EXEC_KEPT_ENV set (once, at the end), for the new image
+ * to claim its ticket at start; NULL without memory, and then the new image
+ * starts lazily and the ticket lapses with the process.
+ */
+static char **env_marked(char *const *envp)
+{
+	static char mark[] = SHUNT_EXEC_KEPT_ENV "=1";
+	size_t n = 0, k = 0;
+	char **v;
+
+	while (envp && envp[n])
+		n++;
+	v = malloc((n + 2) * sizeof(*v));
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(envp[i], mark, sizeof(SHUNT_EXEC_KEPT_ENV)))
+			v[k++] = envp[i];
+	v[k++] = mark;
+	v[k] = NULL;
+	return v;
+}
+
 struct shunt_exec_undo shunt_exec_prepare(const struct shunt_exec_target *t)
 {
 	char why[WHY_LEN], file[PATH_LEN];
@@ -220,7 +244,7 @@ struct shunt_exec_undo shunt_exec_prepare(const struct shunt_exec_target *t)
 	if (shared_vm) {
 		shunt_handoff_exec();
 		errno = saved;
-		return (struct shunt_exec_undo){ 0, false };
+		return (struct shunt_exec_undo){ 0, false, NULL };
 	}
 	/* The new program inherits the program's own descriptor limit (fdlimit.c). */
 	shunt_fdlimit_exec();
@@ -260,13 +284,14 @@ out:
 		shunt_sock_put(v[i].s);
 	free(v);
 	errno = saved;
-	return (struct shunt_exec_undo){ ticket, true };
+	return (struct shunt_exec_undo){ ticket, true, ticket ? env_marked(t->envp) : NULL };
 }
 
 void shunt_exec_failed(struct shunt_exec_undo u)
 {
 	int saved = errno;
 
+	free(u.envp);
 	if (u.ticket)
 		shunt_ctl_exec_done(u.ticket, 0);
 	if (u.frozen)
@@ -278,6 +303,7 @@ void shunt_exec_spawned(struct shunt_exec_undo u, pid_t pid)
 {
 	int saved = errno;
 
+	free(u.envp);
 	/* Before the fork lock goes: the next spawn's ticket must find this one bound. */
 	if (u.ticket)
 		shunt_ctl_exec_done(u.ticket, pid > 0 ? pid : 0);

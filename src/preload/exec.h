@@ -17,6 +17,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/*
+ * Set in the new image's environment when shuntd holds an exec ticket for
+ * it: its library starts before main() to claim it, rather than lazily
+ * (init.c), and takes the variable out of the environment again.
+ */
+#define SHUNT_EXEC_KEPT_ENV "SHUNT_EXEC_TICKET"
+
 /* What an exec is about to run. */
 struct shunt_exec_target {
 	const char *path;		/* as given, or the name a PATH search looks for */
@@ -31,12 +38,20 @@ struct shunt_exec_target {
 struct shunt_exec_undo {
 	uint64_t ticket;		/* the exec ticket, or 0 */
 	bool frozen;			/* the fork lock is held */
+	char **envp;			/* with a ticket: the environment to exec with instead */
 };
+
+/* The environment an exec passes: @envp, or the one with the ticket's mark. */
+static inline char *const *shunt_exec_env(const struct shunt_exec_undo *u, char *const *envp)
+{
+	return u->envp ? u->envp : envp;
+}
 
 /*
  * Before the exec of @t: keep or move every shunt connection that
  * survives it, and hold the fork lock until shunt_exec_failed (or the exec
- * succeeds and takes the image away). A child sharing our memory (clone
+ * succeeds and takes the image away). With a ticket, the exec must use the
+ * environment shunt_exec_env gives. A child sharing our memory (clone
  * with CLONE_VM, whose exec leaves that memory to us) holds nothing and
  * keeps nothing: it moves the connections onto the kernel, as for a spawn.
  */

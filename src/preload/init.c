@@ -1,9 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
- * Start of the library, once per process (shunt_once, from the
- * constructor or whichever wrapper runs first), and what a fork child must
- * redo. SHUNT_DISABLE=1 turns every socket into a plain kernel socket; so
- * does starting under a seccomp filter the library never saw installed.
+ * Start of the library, once per process (shunt_once), and what a fork
+ * child must redo. SHUNT_DISABLE=1 turns every socket into a plain kernel
+ * socket; so does starting under a seccomp filter the library never saw
+ * installed.
+ *
+ * The start is lazy: it costs a new process about 60 µs of CPU (the
+ * seccomp check reads /proc/self/status, the descriptor table is sized,
+ * the descriptors the process began with are looked at: docs/connect.md),
+ * which most programs a shell or make runs never need. Until a call that can make or meet a socket
+ * (socket, accept, connect, epoll, a SIGSEGV handler, a seccomp filter...)
+ * the library is dormant (init.h) and every other call goes to the C
+ * library as if it were not loaded. The one exception starts at once: a
+ * program exec'd with connections kept in shared memory for it (its
+ * descriptors are ours from its first instruction), which the program
+ * before the exec marks in the new image's environment (exec.c).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -32,8 +43,11 @@
 #include "preload/wait.h"
 
 _Atomic bool shunt_ready;
-static struct shunt_once init_once = SHUNT_ONCE_INIT;
+_Atomic bool shunt_start_begun;
+static struct shunt_once start_once = SHUNT_ONCE_INIT;
 static bool enabled;		/* written once by init */
+/* calls under way that began dormant (shunt_dormant_enter) */
+static _Atomic unsigned dormant_calls;
 
 bool shunt_enabled(void)
 {
@@ -59,16 +73,42 @@ static void say_filtered(void)
 		(void)!shunt_syscall_app(SYS_write, 2, line, (long)n);
 }
 
+bool shunt_dormant_enter(void)
+{
+	/* D1: with D2, either the start sees this call or this call sees the start. */
+	atomic_fetch_add(&dormant_calls, 1);
+	if (!atomic_load(&shunt_start_begun))
+		return true;
+	atomic_fetch_sub(&dormant_calls, 1);
+	return false;
+}
+
+void shunt_dormant_leave(void)
+{
+	atomic_fetch_sub(&dormant_calls, 1);
+}
+
+void shunt_dormant_fork_leave(pid_t r)
+{
+	if (r == 0)
+		atomic_store(&dormant_calls, 0);
+	else
+		shunt_dormant_leave();
+}
+
 static void init(void)
 {
-	const char *off = getenv("SHUNT_DISABLE");
+	const char *off;
 	unsigned pid, fdsize;
+	bool filtered;
+
+	off = getenv("SHUNT_DISABLE");
 	/*
 	 * First of all: a process exec'd into a seccomp sandbox must not be
 	 * killed for a call of ours, so nothing else is asked of the kernel
 	 * before we know (getpid() included).
 	 */
-	bool filtered = shunt_seccomp_start(&pid, &fdsize);
+	filtered = shunt_seccomp_start(&pid, &fdsize);
 
 	shunt_pid = filtered ? pid : (uint32_t)getpid();
 	shunt_log_set_pid((int)shunt_pid);
@@ -109,12 +149,32 @@ static void init(void)
 	}
 }
 
+/*
+ * Begun before it runs, and after the calls that began dormant and must
+ * not overlap it (init.h): a fork that copied a start half done would leave
+ * its child waiting forever (once.h). Spun, not slept: the seccomp check
+ * has not been made.
+ */
 void shunt_init(void)
 {
-	shunt_once(&init_once, init);
+	/* D2: pairs with D1. */
+	atomic_store(&shunt_start_begun, true);
+	while (atomic_load(&dormant_calls))
+		shunt_spin_pause();
+	shunt_once(&start_once, init);
 }
 
+/*
+ * The C library's functions are found now (every call passes through to
+ * them, dormant or not); the start waits, unless connections were kept for
+ * this image across exec.
+ */
 __attribute__((constructor)) static void shunt_constructor(void)
 {
-	shunt_init();
+	shunt_libc_resolve();
+	if (getenv(SHUNT_EXEC_KEPT_ENV)) {
+		/* The program's environment is the one it was given. */
+		unsetenv(SHUNT_EXEC_KEPT_ENV);
+		shunt_init();
+	}
 }

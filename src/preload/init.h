@@ -5,10 +5,42 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/types.h>
+
+#include "preload/libc.h"
 
 extern _Atomic bool shunt_ready;
+extern _Atomic bool shunt_start_begun;
 
 void shunt_init(void);
+
+/*
+ * Dormant: the library has not started (init.c), so no descriptor is ours
+ * and nothing the kernel holds was changed by it. A call that concerns only
+ * the program's descriptors, limits or other signals then goes straight to
+ * the C library, and the start is left to a call that can make or meet a
+ * socket. A start under way is not dormant: such a call waits for it.
+ */
+static inline bool shunt_dormant(void)
+{
+	if (atomic_load(&shunt_start_begun))
+		return false;
+	/* The C library's functions, for a call before our constructor (another library's). */
+	shunt_libc_resolve();
+	return true;
+}
+
+/*
+ * A call made dormant that the start must not overlap: a fork (whose child
+ * would copy a start half done) or a change to SIGSEGV or SIGBUS (which the
+ * start takes over). True when the call may go to the C library, and the
+ * start then waits for shunt_dormant_leave; false when the start has
+ * begun, and the caller must take the started path.
+ */
+bool shunt_dormant_enter(void);
+void shunt_dormant_leave(void);
+/* The same for fork: @r its result, 0 in the child (which has only this thread). */
+void shunt_dormant_fork_leave(pid_t r);
 
 /* Every wrapper starts here: a load and a predictable branch once started. */
 static inline void shunt_ensure_init(void)

@@ -147,6 +147,8 @@ SHUNT_EXPORT int open(const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = mode_arg(flags, ap);
 	va_end(ap);
+	if (shunt_dormant())
+		return shunt_libc.open(path, flags, mode);
 	shunt_ensure_init();
 	if (open_room(path, flags) < 0)
 		return -1;
@@ -161,6 +163,8 @@ SHUNT_EXPORT int open64(const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = mode_arg(flags, ap);
 	va_end(ap);
+	if (shunt_dormant())
+		return shunt_libc.open64(path, flags, mode);
 	shunt_ensure_init();
 	if (open_room(path, flags) < 0)
 		return -1;
@@ -175,6 +179,8 @@ SHUNT_EXPORT int openat(int dirfd, const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = mode_arg(flags, ap);
 	va_end(ap);
+	if (shunt_dormant())
+		return shunt_libc.openat(dirfd, path, flags, mode);
 	shunt_ensure_init();
 	if (open_room(path, flags) < 0)
 		return -1;
@@ -189,6 +195,8 @@ SHUNT_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
 	va_start(ap, flags);
 	mode = mode_arg(flags, ap);
 	va_end(ap);
+	if (shunt_dormant())
+		return shunt_libc.openat64(dirfd, path, flags, mode);
 	shunt_ensure_init();
 	if (open_room(path, flags) < 0)
 		return -1;
@@ -198,6 +206,8 @@ SHUNT_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
 /* The fortified spellings (_FORTIFY_SOURCE): they check for a missing mode first. */
 SHUNT_EXPORT int __open_2(const char *path, int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.__open_2(path, flags);
 	shunt_ensure_init();
 	if (!__OPEN_NEEDS_MODE(flags) && open_room(path, flags) < 0)
 		return -1;
@@ -206,6 +216,8 @@ SHUNT_EXPORT int __open_2(const char *path, int flags)
 
 SHUNT_EXPORT int __open64_2(const char *path, int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.__open64_2(path, flags);
 	shunt_ensure_init();
 	if (!__OPEN_NEEDS_MODE(flags) && open_room(path, flags) < 0)
 		return -1;
@@ -214,6 +226,8 @@ SHUNT_EXPORT int __open64_2(const char *path, int flags)
 
 SHUNT_EXPORT int __openat_2(int dirfd, const char *path, int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.__openat_2(dirfd, path, flags);
 	shunt_ensure_init();
 	if (!__OPEN_NEEDS_MODE(flags) && open_room(path, flags) < 0)
 		return -1;
@@ -222,6 +236,8 @@ SHUNT_EXPORT int __openat_2(int dirfd, const char *path, int flags)
 
 SHUNT_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.__openat64_2(dirfd, path, flags);
 	shunt_ensure_init();
 	if (!__OPEN_NEEDS_MODE(flags) && open_room(path, flags) < 0)
 		return -1;
@@ -230,6 +246,8 @@ SHUNT_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 
 SHUNT_EXPORT int creat(const char *path, mode_t mode)
 {
+	if (shunt_dormant())
+		return shunt_libc.creat(path, mode);
 	shunt_ensure_init();
 	if (open_room(path, O_CREAT | O_WRONLY | O_TRUNC) < 0)
 		return -1;
@@ -238,6 +256,8 @@ SHUNT_EXPORT int creat(const char *path, mode_t mode)
 
 SHUNT_EXPORT int creat64(const char *path, mode_t mode)
 {
+	if (shunt_dormant())
+		return shunt_libc.creat64(path, mode);
 	shunt_ensure_init();
 	if (open_room(path, O_CREAT | O_WRONLY | O_TRUNC) < 0)
 		return -1;
@@ -248,6 +268,8 @@ SHUNT_EXPORT int pipe(int fds[2])
 {
 	int was[2] = { fds[0], fds[1] };
 
+	if (shunt_dormant())
+		return shunt_libc.pipe(fds);
 	shunt_ensure_init();
 	return new_pair(shunt_libc.pipe(fds), fds, was);
 }
@@ -256,6 +278,8 @@ SHUNT_EXPORT int pipe2(int fds[2], int flags)
 {
 	int was[2] = { fds[0], fds[1] };
 
+	if (shunt_dormant())
+		return shunt_libc.pipe2(fds, flags);
 	shunt_ensure_init();
 	return new_pair(shunt_libc.pipe2(fds, flags), fds, was);
 }
@@ -264,6 +288,8 @@ SHUNT_EXPORT int socketpair(int domain, int type, int protocol, int fds[2])
 {
 	int was[2] = { fds[0], fds[1] };
 
+	if (shunt_dormant())
+		return shunt_libc.socketpair(domain, type, protocol, fds);
 	shunt_ensure_init();
 	/*
 	 * __sys_socketpair takes both numbers before it creates anything,
@@ -279,12 +305,16 @@ SHUNT_EXPORT int socketpair(int domain, int type, int protocol, int fds[2])
 
 SHUNT_EXPORT int eventfd(unsigned int initval, int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.eventfd(initval, flags);
 	shunt_ensure_init();
 	return new_fd(shunt_libc.eventfd(initval, flags));
 }
 
 SHUNT_EXPORT int timerfd_create(int clockid, int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.timerfd_create(clockid, flags);
 	shunt_ensure_init();
 	return new_fd(shunt_libc.timerfd_create(clockid, flags));
 }
@@ -293,6 +323,8 @@ SHUNT_EXPORT int signalfd(int fd, const sigset_t *mask, int flags)
 {
 	int r;
 
+	if (shunt_dormant())
+		return shunt_libc.signalfd(fd, mask, flags);
 	shunt_ensure_init();
 	r = shunt_libc.signalfd(fd, mask, flags);
 	/* With an existing signalfd it changes that one: no new descriptor. */
@@ -301,18 +333,24 @@ SHUNT_EXPORT int signalfd(int fd, const sigset_t *mask, int flags)
 
 SHUNT_EXPORT int inotify_init(void)
 {
+	if (shunt_dormant())
+		return shunt_libc.inotify_init();
 	shunt_ensure_init();
 	return new_fd(shunt_libc.inotify_init());
 }
 
 SHUNT_EXPORT int inotify_init1(int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.inotify_init1(flags);
 	shunt_ensure_init();
 	return new_fd(shunt_libc.inotify_init1(flags));
 }
 
 SHUNT_EXPORT int fanotify_init(unsigned int flags, unsigned int event_flags)
 {
+	if (shunt_dormant() && shunt_libc.fanotify_init)
+		return shunt_libc.fanotify_init(flags, event_flags);
 	shunt_ensure_init();
 	if (!shunt_libc.fanotify_init) {
 		errno = ENOSYS;
@@ -323,6 +361,8 @@ SHUNT_EXPORT int fanotify_init(unsigned int flags, unsigned int event_flags)
 
 SHUNT_EXPORT int memfd_create(const char *name, unsigned int flags)
 {
+	if (shunt_dormant() && shunt_libc.memfd_create)
+		return shunt_libc.memfd_create(name, flags);
 	shunt_ensure_init();
 	if (!shunt_libc.memfd_create)
 		return new_fd((int)shunt_syscall(SYS_memfd_create, name, flags));
@@ -331,6 +371,8 @@ SHUNT_EXPORT int memfd_create(const char *name, unsigned int flags)
 
 SHUNT_EXPORT int pidfd_open(pid_t pid, unsigned int flags)
 {
+	if (shunt_dormant() && shunt_libc.pidfd_open)
+		return shunt_libc.pidfd_open(pid, flags);
 	shunt_ensure_init();
 	if (!shunt_libc.pidfd_open)
 		return new_fd((int)shunt_syscall(SYS_pidfd_open, pid, flags));
@@ -339,6 +381,8 @@ SHUNT_EXPORT int pidfd_open(pid_t pid, unsigned int flags)
 
 SHUNT_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 {
+	if (shunt_dormant() && shunt_libc.pidfd_getfd)
+		return shunt_libc.pidfd_getfd(pidfd, targetfd, flags);
 	shunt_ensure_init();
 	if (!shunt_libc.pidfd_getfd)
 		return new_fd((int)shunt_syscall(SYS_pidfd_getfd, pidfd, targetfd, flags));
@@ -362,6 +406,8 @@ static int temp_room(const char *tmpl, int suffix)
 
 SHUNT_EXPORT int mkstemp(char *tmpl)
 {
+	if (shunt_dormant())
+		return shunt_libc.mkstemp(tmpl);
 	shunt_ensure_init();
 	if (temp_room(tmpl, 0) < 0)
 		return -1;
@@ -370,6 +416,8 @@ SHUNT_EXPORT int mkstemp(char *tmpl)
 
 SHUNT_EXPORT int mkostemp(char *tmpl, int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.mkostemp(tmpl, flags);
 	shunt_ensure_init();
 	if (temp_room(tmpl, 0) < 0)
 		return -1;
@@ -378,6 +426,8 @@ SHUNT_EXPORT int mkostemp(char *tmpl, int flags)
 
 SHUNT_EXPORT int mkstemps(char *tmpl, int suffix)
 {
+	if (shunt_dormant())
+		return shunt_libc.mkstemps(tmpl, suffix);
 	shunt_ensure_init();
 	if (temp_room(tmpl, suffix) < 0)
 		return -1;
@@ -386,6 +436,8 @@ SHUNT_EXPORT int mkstemps(char *tmpl, int suffix)
 
 SHUNT_EXPORT int mkostemps(char *tmpl, int suffix, int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.mkostemps(tmpl, suffix, flags);
 	shunt_ensure_init();
 	if (temp_room(tmpl, suffix) < 0)
 		return -1;
@@ -408,6 +460,8 @@ static int fopen_room(const char *path, const char *mode)
 
 SHUNT_EXPORT FILE *fopen(const char *path, const char *mode)
 {
+	if (shunt_dormant())
+		return shunt_libc.fopen(path, mode);
 	shunt_ensure_init();
 	if (fopen_room(path, mode) < 0)
 		return NULL;
@@ -416,6 +470,8 @@ SHUNT_EXPORT FILE *fopen(const char *path, const char *mode)
 
 SHUNT_EXPORT FILE *fopen64(const char *path, const char *mode)
 {
+	if (shunt_dormant())
+		return shunt_libc.fopen64(path, mode);
 	shunt_ensure_init();
 	if (fopen_room(path, mode) < 0)
 		return NULL;
@@ -424,6 +480,8 @@ SHUNT_EXPORT FILE *fopen64(const char *path, const char *mode)
 
 SHUNT_EXPORT FILE *tmpfile(void)
 {
+	if (shunt_dormant())
+		return shunt_libc.tmpfile();
 	shunt_ensure_init();
 	if (shunt_fdlimit_room(1) < 0) {
 		errno = EMFILE;
@@ -434,6 +492,8 @@ SHUNT_EXPORT FILE *tmpfile(void)
 
 SHUNT_EXPORT FILE *tmpfile64(void)
 {
+	if (shunt_dormant())
+		return shunt_libc.tmpfile64();
 	shunt_ensure_init();
 	if (shunt_fdlimit_room(1) < 0) {
 		errno = EMFILE;
@@ -447,6 +507,8 @@ SHUNT_EXPORT DIR *opendir(const char *path)
 	DIR *d;
 	int e;
 
+	if (shunt_dormant())
+		return shunt_libc.opendir(path);
 	shunt_ensure_init();
 	if (*path && shunt_fdlimit_room(1) < 0) {
 		errno = EMFILE;
@@ -481,6 +543,8 @@ SHUNT_EXPORT int fclose(FILE *f)
 	struct shunt_file *sf;
 	int r, e;
 
+	if (shunt_dormant())
+		return shunt_libc.fclose(f);
 	shunt_ensure_init();
 	sf = closing(f);
 	r = shunt_libc.fclose(f);
@@ -509,12 +573,16 @@ static FILE *do_freopen(FILE *(*fn)(const char *, const char *, FILE *), const c
 
 SHUNT_EXPORT FILE *freopen(const char *path, const char *mode, FILE *f)
 {
+	if (shunt_dormant())
+		return shunt_libc.freopen(path, mode, f);
 	shunt_ensure_init();
 	return do_freopen(shunt_libc.freopen, path, mode, f);
 }
 
 SHUNT_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f)
 {
+	if (shunt_dormant())
+		return shunt_libc.freopen64(path, mode, f);
 	shunt_ensure_init();
 	return do_freopen(shunt_libc.freopen64, path, mode, f);
 }

@@ -36,6 +36,8 @@ SHUNT_EXPORT int close(int fd)
 {
 	int saved = errno;
 
+	if (shunt_dormant())
+		return shunt_libc.close(fd);
 	shunt_ensure_init();
 	return (int)shunt_ret(shunt_op_close(fd), saved);
 }
@@ -44,6 +46,8 @@ SHUNT_EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
 	int saved = errno;
 
+	if (shunt_dormant())
+		return (int)shunt_syscall_app(SYS_close_range, first, last, flags);
 	shunt_ensure_init();
 	return (int)shunt_ret(shunt_op_close_range(first, last, flags), saved);
 }
@@ -53,6 +57,11 @@ SHUNT_EXPORT void closefrom(int lowfd)
 {
 	int saved = errno;
 
+	if (shunt_dormant() && lowfd >= 0 &&
+	    shunt_syscall_app(SYS_close_range, lowfd, ~0U, 0) == 0) {
+		errno = saved;
+		return;
+	}
 	shunt_ensure_init();
 	if (lowfd < 0)
 		lowfd = 0;
@@ -102,6 +111,8 @@ static int duplicated(int fd, int r, bool fresh)
 
 SHUNT_EXPORT int dup(int fd)
 {
+	if (shunt_dormant())
+		return shunt_libc.dup(fd);
 	shunt_ensure_init();
 	check_source(fd);
 	return duplicated(fd, shunt_libc.dup(fd), true);
@@ -109,6 +120,8 @@ SHUNT_EXPORT int dup(int fd)
 
 SHUNT_EXPORT int dup2(int fd, int newfd)
 {
+	if (shunt_dormant())
+		return shunt_libc.dup2(fd, newfd);
 	shunt_ensure_init();
 	/* ksys_dup3 refuses a target past the limit before it looks at @fd. */
 	if (fd != newfd && shunt_fdlimit_check_target(newfd) < 0) {
@@ -121,6 +134,8 @@ SHUNT_EXPORT int dup2(int fd, int newfd)
 
 SHUNT_EXPORT int dup3(int fd, int newfd, int flags)
 {
+	if (shunt_dormant())
+		return shunt_libc.dup3(fd, newfd, flags);
 	shunt_ensure_init();
 	/* After its EINVAL checks (flags, same descriptor), as ksys_dup3 orders them. */
 	if (!(flags & ~O_CLOEXEC) && fd != newfd && shunt_fdlimit_check_target(newfd) < 0) {
@@ -172,7 +187,8 @@ SHUNT_EXPORT int fcntl(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	shunt_ensure_init();
+	if (shunt_dormant())
+		return shunt_libc.fcntl(fd, cmd, arg);
 	return do_fcntl(fd, cmd, arg, shunt_libc.fcntl);
 }
 
@@ -184,8 +200,11 @@ SHUNT_EXPORT int fcntl64(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	shunt_ensure_init();
-	return do_fcntl(fd, cmd, arg, shunt_libc.fcntl64 ? shunt_libc.fcntl64 : shunt_libc.fcntl);
+	if (!shunt_libc.fcntl64)
+		return fcntl(fd, cmd, arg);
+	if (shunt_dormant())
+		return shunt_libc.fcntl64(fd, cmd, arg);
+	return do_fcntl(fd, cmd, arg, shunt_libc.fcntl64);
 }
 
 SHUNT_EXPORT int ioctl(int fd, unsigned long req, ...)
@@ -198,6 +217,8 @@ SHUNT_EXPORT int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
+	if (shunt_dormant())
+		return shunt_libc.ioctl(fd, req, arg);
 	shunt_ensure_init();
 	s = shunt_fdt_get(fd);
 	if (!s)
@@ -213,6 +234,8 @@ SHUNT_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 	/* The system call takes the count as an unsigned int. */
 	nfds_t kn = (unsigned int)n;
 
+	if (shunt_dormant())
+		return shunt_libc.poll(fds, n, timeout);
 	shunt_ensure_init();
 	/* do_sys_poll's first check, against the program's own limit (fdlimit.c). */
 	if (shunt_fdlimit_check_nfds(kn) < 0) {
@@ -251,6 +274,8 @@ SHUNT_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 	nfds_t kn = (unsigned int)n;
 	sigset_t kmask;
 
+	if (shunt_dormant())
+		return shunt_libc.ppoll(fds, n, ts, mask);
 	shunt_ensure_init();
 	/* After the timeout's checks, which the kernel makes first. */
 	if (valid_timespec(ts) && shunt_fdlimit_check_nfds(kn) < 0) {
@@ -382,6 +407,8 @@ SHUNT_EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct tim
 	bool kernel;
 	int r;
 
+	if (shunt_dormant())
+		return shunt_libc.select(nfds, rd, wr, ex, tv);
 	shunt_ensure_init();
 	/* glibc reads the timeout itself, and refuses a negative one without the kernel. */
 	if (nfds < 0 || (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)))
@@ -404,6 +431,8 @@ SHUNT_EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const str
 	bool kernel;
 	int r;
 
+	if (shunt_dormant())
+		return shunt_libc.pselect(nfds, rd, wr, ex, ts, mask);
 	shunt_ensure_init();
 	if (nfds < 0 || !valid_timespec(ts))
 		return shunt_libc.pselect(nfds, rd, wr, ex, ts, mask);

@@ -32,11 +32,16 @@ ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
 		       __SOCKADDR_ARG addr, socklen_t *alen);
 void __chk_fail(void) __attribute__((noreturn));
 
-/* The shunt socket behind @fd if it carries a circuit (a reference held), or NULL. */
+/*
+ * The shunt socket behind @fd if it carries a circuit (a reference held), or
+ * NULL: always NULL while dormant (init.h), when no descriptor is ours.
+ */
 static struct shunt_sock *stream_of(int fd)
 {
 	struct shunt_sock *s;
 
+	if (shunt_dormant())
+		return NULL;
 	shunt_ensure_init();
 	s = shunt_fdt_get(fd);
 	if (s && !shunt_op_streams(s)) {
@@ -209,7 +214,8 @@ SHUNT_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	ssize_t r;
 
 	if (!s) {
-		handoff_scm(msg);
+		if (!shunt_dormant())
+			handoff_scm(msg);
 		return shunt_libc.sendmsg(fd, msg, flags);
 	}
 	r = shunt_op_sendmsg(s, fd, msg, flags);
@@ -227,7 +233,7 @@ SHUNT_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 	if (n > IOV_MAX)
 		n = IOV_MAX;	/* the kernel's UIO_MAXIOV cap */
 	if (!s) {
-		for (i = 0; vec && i < n; i++)
+		for (i = 0; vec && i < n && !shunt_dormant(); i++)
 			handoff_scm(&vec[i].msg_hdr);
 		return shunt_libc.sendmmsg(fd, vec, n, flags);
 	}
@@ -329,7 +335,7 @@ SHUNT_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 		 * those past the limit cut (fdlimit.c), a listening socket among
 		 * them made ours. The kernel wrote @msg: it is readable.
 		 */
-		if (r >= 0 && msg && msg->msg_controllen) {
+		if (r >= 0 && msg && msg->msg_controllen && !shunt_dormant()) {
 			shunt_fdlimit_received(msg);
 			handoff_received(msg);
 			errno = saved;
@@ -415,7 +421,7 @@ SHUNT_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 	if (!s) {
 		int got = shunt_libc.recvmmsg(fd, vec, n, flags, timeout);
 
-		for (int k = 0; k < got; k++)
+		for (int k = 0; k < got && !shunt_dormant(); k++)
 			if (vec[k].msg_hdr.msg_controllen) {
 				shunt_fdlimit_received(&vec[k].msg_hdr);
 				handoff_received(&vec[k].msg_hdr);
@@ -469,13 +475,11 @@ static ssize_t do_sendfile(int out_fd, int in_fd, off_t *offset, size_t count,
 
 SHUNT_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 {
-	shunt_ensure_init();
 	return do_sendfile(out_fd, in_fd, offset, count, shunt_libc.sendfile);
 }
 
 SHUNT_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off_t *offset, size_t count)
 {
-	shunt_ensure_init();
 	return do_sendfile(out_fd, in_fd, offset, count, shunt_libc.sendfile64);
 }
 

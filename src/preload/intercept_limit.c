@@ -30,6 +30,8 @@ SHUNT_EXPORT int getrlimit(__rlimit_resource_t res, struct rlimit *rl)
 {
 	int saved = errno;
 
+	if (shunt_dormant())
+		return shunt_libc.getrlimit(res, rl);
 	shunt_ensure_init();
 	if (res != RLIMIT_NOFILE)
 		return shunt_libc.getrlimit(res, rl);
@@ -40,6 +42,8 @@ SHUNT_EXPORT int setrlimit(__rlimit_resource_t res, const struct rlimit *rl)
 {
 	int saved = errno;
 
+	if (shunt_dormant())
+		return shunt_libc.setrlimit(res, rl);
 	shunt_ensure_init();
 	if (res != RLIMIT_NOFILE)
 		return shunt_libc.setrlimit(res, rl);
@@ -51,6 +55,8 @@ SHUNT_EXPORT int prlimit(pid_t pid, __rlimit_resource_t res, const struct rlimit
 {
 	int saved = errno;
 
+	if (shunt_dormant())
+		return shunt_libc.prlimit(pid, res, new, old);
 	shunt_ensure_init();
 	if (res != RLIMIT_NOFILE || !shunt_fdlimit_is_self(pid))
 		return shunt_libc.prlimit(pid, res, new, old);
@@ -75,6 +81,8 @@ SHUNT_EXPORT int prlimit64(pid_t pid, __rlimit_resource_t res, const struct rlim
 
 SHUNT_EXPORT long sysconf(int name)
 {
+	if (shunt_dormant())
+		return shunt_libc.sysconf(name);
 	shunt_ensure_init();
 	if (name == _SC_OPEN_MAX)
 		return shunt_fdlimit_open_max();
@@ -83,6 +91,9 @@ SHUNT_EXPORT long sysconf(int name)
 
 SHUNT_EXPORT int getdtablesize(void)
 {
+	/* glibc's is the soft limit too. */
+	if (shunt_dormant())
+		return (int)shunt_libc.sysconf(_SC_OPEN_MAX);
 	shunt_ensure_init();
 	return (int)shunt_fdlimit_open_max();
 }

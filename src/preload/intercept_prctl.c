@@ -21,6 +21,8 @@ SHUNT_EXPORT int prctl(int option, ...)
 	for (int i = 1; i < 5; i++)
 		a[i] = (long)va_arg(ap, unsigned long);
 	va_end(ap);
-	shunt_ensure_init();
+	/* Only a seccomp filter concerns the library; dormant, nothing else starts it (init.h). */
+	if (option == PR_SET_SECCOMP || !shunt_dormant())
+		shunt_ensure_init();
 	return (int)shunt_seccomp_prctl(a);
 }

@@ -65,8 +65,19 @@ SHUNT_EXPORT int unshare(int flags)
 	return (int)r;
 }
 
+/* fork, vfork and _Fork while dormant (init.h): the C library's, no handler of ours. */
+static pid_t dormant_fork(pid_t (*fn)(void))
+{
+	pid_t r = fn();
+
+	shunt_dormant_fork_leave(r);
+	return r;
+}
+
 SHUNT_EXPORT pid_t fork(void)
 {
+	if (shunt_dormant_enter())
+		return dormant_fork(shunt_libc.fork);
 	shunt_ensure_init();
 	return shunt_op_fork();
 }
@@ -78,6 +89,8 @@ SHUNT_EXPORT pid_t fork(void)
  */
 SHUNT_EXPORT pid_t vfork(void)
 {
+	if (shunt_dormant_enter())
+		return dormant_fork(shunt_libc.fork);
 	shunt_ensure_init();
 	return shunt_op_fork();
 }
@@ -87,6 +100,8 @@ SHUNT_EXPORT pid_t _Fork(void)
 {
 	int saved = errno;
 
+	if (shunt_libc._Fork && shunt_dormant_enter())
+		return dormant_fork(shunt_libc._Fork);
 	shunt_ensure_init();
 	return (pid_t)shunt_ret(shunt_op_fork_bare(), saved);
 }
@@ -163,6 +178,9 @@ SHUNT_EXPORT int daemon(int nochdir, int noclose)
  */
 static struct shunt_exec_undo exec_begin(const struct shunt_exec_target *t)
 {
+	/* Dormant, nothing is ours to keep or move (init.h). */
+	if (shunt_dormant())
+		return (struct shunt_exec_undo){ 0, false, NULL };
 	shunt_ensure_init();
 	return shunt_exec_prepare(t);
 }
@@ -171,7 +189,7 @@ SHUNT_EXPORT int execve(const char *path, char *const argv[], char *const envp[]
 {
 	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = envp };
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.execve(path, argv, envp);
+	int r = shunt_libc.execve(path, argv, shunt_exec_env(&undo, envp));
 
 	shunt_exec_failed(undo);
 	return r;
@@ -181,7 +199,8 @@ SHUNT_EXPORT int execv(const char *path, char *const argv[])
 {
 	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = environ };
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.execv(path, argv);
+	/* With a ticket's mark, the environment is no longer environ. */
+	int r = undo.envp ? shunt_libc.execve(path, argv, undo.envp) : shunt_libc.execv(path, argv);
 
 	shunt_exec_failed(undo);
 	return r;
@@ -192,7 +211,8 @@ SHUNT_EXPORT int execvp(const char *file, char *const argv[])
 	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
 				       .envp = environ };
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.execvp(file, argv);
+	int r = undo.envp ? shunt_libc.execvpe(file, argv, undo.envp)
+			  : shunt_libc.execvp(file, argv);
 
 	shunt_exec_failed(undo);
 	return r;
@@ -203,7 +223,7 @@ SHUNT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[
 	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
 				       .envp = envp };
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.execvpe(file, argv, envp);
+	int r = shunt_libc.execvpe(file, argv, shunt_exec_env(&undo, envp));
 
 	shunt_exec_failed(undo);
 	return r;
@@ -214,7 +234,7 @@ SHUNT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	struct shunt_exec_target t = { .path = "", .dirfd = fd, .at_flags = AT_EMPTY_PATH,
 				       .envp = envp };
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.fexecve(fd, argv, envp);
+	int r = shunt_libc.fexecve(fd, argv, shunt_exec_env(&undo, envp));
 
 	shunt_exec_failed(undo);
 	return r;
@@ -226,13 +246,12 @@ SHUNT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char 
 	struct shunt_exec_target t = { .path = path, .dirfd = dirfd, .at_flags = flags,
 				       .envp = envp };
 
-	shunt_ensure_init();
 	if (!shunt_libc.execveat) {
 		errno = ENOSYS;
 		return -1;
 	}
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.execveat(dirfd, path, argv, envp, flags);
+	int r = shunt_libc.execveat(dirfd, path, argv, shunt_exec_env(&undo, envp), flags);
 
 	shunt_exec_failed(undo);
 	return r;
@@ -328,7 +347,7 @@ SHUNT_EXPORT int execle(const char *path, const char *arg0, ...)
 SHUNT_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa, int fd,
 						  int newfd)
 {
-	shunt_ensure_init();
+	/* Noted dormant too: the number may be a socket of ours by the spawn. */
 	shunt_handoff_note_dup2(fd);
 	return shunt_libc.posix_spawn_file_actions_adddup2(fa, fd, newfd);
 }
@@ -346,7 +365,7 @@ SHUNT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_fil
 				       .spawn = true };
 	struct shunt_exec_undo undo = exec_begin(&t);
 	pid_t child = -1;
-	int r = shunt_libc.posix_spawn(&child, path, fa, attr, argv, envp);
+	int r = shunt_libc.posix_spawn(&child, path, fa, attr, argv, shunt_exec_env(&undo, envp));
 
 	if (r == 0 && pid)
 		*pid = child;
@@ -362,7 +381,8 @@ SHUNT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_fi
 				       .envp = envp, .spawn = true };
 	struct shunt_exec_undo undo = exec_begin(&t);
 	pid_t child = -1;
-	int r = shunt_libc.posix_spawnp(&child, file, fa, attr, argv, envp);
+	int r = shunt_libc.posix_spawnp(&child, file, fa, attr, argv,
+					shunt_exec_env(&undo, envp));
 
 	if (r == 0 && pid)
 		*pid = child;
@@ -373,6 +393,8 @@ SHUNT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_fi
 /* system() and popen() start a shell that inherits what has no FD_CLOEXEC, as exec does. */
 SHUNT_EXPORT int system(const char *command)
 {
+	if (shunt_dormant())
+		return shunt_libc.system(command);
 	shunt_ensure_init();
 	if (command)
 		shunt_handoff_exec();
@@ -381,6 +403,8 @@ SHUNT_EXPORT int system(const char *command)
 
 SHUNT_EXPORT FILE *popen(const char *command, const char *type)
 {
+	if (shunt_dormant())
+		return shunt_libc.popen(command, type);
 	shunt_ensure_init();
 	shunt_handoff_exec();
 	return shunt_libc.popen(command, type);

@@ -35,6 +35,23 @@ enum {
 /* glibc's _sigintr for our two signals: siginterrupt(sig, 1) makes signal() drop SA_RESTART. */
 static _Atomic unsigned sigintr;
 
+/*
+ * Dormant (init.h), the library keeps no signal: the C library answers
+ * without starting it. The start takes SIGSEGV and SIGBUS over as the
+ * kernel has them then, so a change to those two is made in a section
+ * the start waits for (shunt_dormant_enter).
+ */
+static bool dormant_enter(int sig)
+{
+	return sig == SIGSEGV || sig == SIGBUS ? shunt_dormant_enter() : shunt_dormant();
+}
+
+static void dormant_leave(int sig)
+{
+	if (sig == SIGSEGV || sig == SIGBUS)
+		shunt_dormant_leave();
+}
+
 /* glibc's __libc_sigaction, over the program's recorded disposition. */
 static int fault_sigaction(int sig, const struct sigaction *act, struct sigaction *oact)
 {
@@ -59,6 +76,12 @@ static int fault_sigaction(int sig, const struct sigaction *act, struct sigactio
 
 SHUNT_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *oact)
 {
+	if (dormant_enter(sig)) {
+		int r = shunt_libc.sigaction(sig, act, oact);
+
+		dormant_leave(sig);
+		return r;
+	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
 		return shunt_libc.sigaction(sig, act, oact);
@@ -75,6 +98,12 @@ SHUNT_EXPORT __sighandler_t signal(int sig, __sighandler_t handler)
 {
 	struct sigaction act, oact;
 
+	if (dormant_enter(sig)) {
+		__sighandler_t r = shunt_libc.signal(sig, handler);
+
+		dormant_leave(sig);
+		return r;
+	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
 		return shunt_libc.signal(sig, handler);
@@ -106,6 +135,12 @@ SHUNT_EXPORT __sighandler_t __sysv_signal(int sig, __sighandler_t handler)
 {
 	struct sigaction act, oact;
 
+	if (dormant_enter(sig)) {
+		__sighandler_t r = shunt_libc.__sysv_signal(sig, handler);
+
+		dormant_leave(sig);
+		return r;
+	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
 		return shunt_libc.__sysv_signal(sig, handler);
@@ -132,6 +167,12 @@ SHUNT_EXPORT __sighandler_t sigset(int sig, __sighandler_t disp)
 	struct sigaction act, oact;
 	sigset_t set, oset;
 
+	if (dormant_enter(sig)) {
+		__sighandler_t r = shunt_libc.sigset(sig, disp);
+
+		dormant_leave(sig);
+		return r;
+	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
 		return shunt_libc.sigset(sig, disp);
@@ -159,6 +200,12 @@ SHUNT_EXPORT int sigignore(int sig)
 {
 	struct sigaction act;
 
+	if (dormant_enter(sig)) {
+		int r = shunt_libc.sigignore(sig);
+
+		dormant_leave(sig);
+		return r;
+	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
 		return shunt_libc.sigignore(sig);
@@ -172,6 +219,12 @@ SHUNT_EXPORT int siginterrupt(int sig, int interrupt)
 {
 	struct sigaction action;
 
+	if (dormant_enter(sig)) {
+		int r = shunt_libc.siginterrupt(sig, interrupt);
+
+		dormant_leave(sig);
+		return r;
+	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
 		return shunt_libc.siginterrupt(sig, interrupt);

@@ -136,6 +136,8 @@ SHUNT_EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 	struct shunt_sock *s;
 	int r;
 
+	if (shunt_dormant())
+		return shunt_libc.getsockname(fd, addr.__sockaddr__, len);
 	shunt_ensure_init();
 	s = shunt_fdt_get_checked(fd);
 	if (!s)
@@ -151,6 +153,8 @@ SHUNT_EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 	struct shunt_sock *s;
 	int r;
 
+	if (shunt_dormant())
+		return shunt_libc.getpeername(fd, addr.__sockaddr__, len);
 	shunt_ensure_init();
 	s = shunt_fdt_get_checked(fd);
 	if (!s)
@@ -166,6 +170,8 @@ SHUNT_EXPORT int setsockopt(int fd, int level, int name, const void *val, sockle
 	struct shunt_sock *s;
 	int r;
 
+	if (shunt_dormant())
+		return shunt_libc.setsockopt(fd, level, name, val, len);
 	shunt_ensure_init();
 	s = shunt_fdt_get(fd);
 	if (!s)
@@ -181,6 +187,8 @@ SHUNT_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *l
 	struct shunt_sock *s;
 	int r;
 
+	if (shunt_dormant())
+		return shunt_libc.getsockopt(fd, level, name, val, len);
 	shunt_ensure_init();
 	s = shunt_fdt_get(fd);
 	if (!s)
@@ -196,6 +204,8 @@ SHUNT_EXPORT int shutdown(int fd, int how)
 	struct shunt_sock *s;
 	int r;
 
+	if (shunt_dormant())
+		return shunt_libc.shutdown(fd, how);
 	shunt_ensure_init();
 	s = shunt_fdt_get_checked(fd);
 	if (!s)

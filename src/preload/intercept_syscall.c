@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/sendfile.h>
@@ -122,6 +123,8 @@ static long raw_ppoll(const long *a)
 	int64_t start;
 	int r;
 
+	if (shunt_dormant())
+		return raw(SYS_ppoll, a);
 	shunt_ensure_init();
 	/* The kernel's order: the timeout, the set's size, the count, the array. */
 	if (!valid_timespec(ts) || (mask && (size_t)a[4] != KERNEL_SIGSET))
@@ -158,6 +161,8 @@ static long raw_pselect6(const long *a)
 	int64_t left = 0;
 	int saved = errno, r;
 
+	if (shunt_dormant())
+		return raw(SYS_pselect6, a);
 	shunt_ensure_init();
 	if (!valid_timespec(ts))
 		return raw(SYS_pselect6, a);
@@ -197,6 +202,8 @@ static long raw_openat2(const long *a)
 {
 	long b[6] = { a[0], (long)"", a[2], a[3], 0, 0 };
 
+	if (shunt_dormant())
+		return raw(SYS_openat2, a);
 	shunt_ensure_init();
 	if (shunt_fdlimit_room(1) == 0)
 		return created(raw(SYS_openat2, a));
@@ -214,7 +221,7 @@ static long raw_pipe(long nr, const long *a)
 	int e = errno;
 	bool ok0, ok1;
 
-	if (r < 0)
+	if (r < 0 || shunt_dormant())
 		return r;
 	shunt_ensure_init();
 	ok0 = shunt_fdlimit_admit(fds[0]) == 0;
@@ -237,6 +244,8 @@ static long raw_rlimit(long nr, const long *a)
 	int saved = errno;
 	long r;
 
+	if (shunt_dormant())
+		return raw(nr, a);
 	shunt_ensure_init();
 	switch (nr) {
 	case SYS_getrlimit:
@@ -384,7 +393,7 @@ SHUNT_EXPORT long syscall(long nr, ...)
 	case SYS_signalfd:
 	case SYS_signalfd4:
 		/* With an existing signalfd it changes that one and returns it. */
-		if (a[0] != -1)
+		if (a[0] != -1 || shunt_dormant())
 			return raw(nr, a);
 		shunt_ensure_init();
 		return created(raw(nr, a));
@@ -405,6 +414,8 @@ SHUNT_EXPORT long syscall(long nr, ...)
 	case SYS_fsmount:
 	case SYS_fspick:
 	case SYS_open_tree:
+		if (shunt_dormant())
+			return raw(nr, a);
 		shunt_ensure_init();
 		return created(raw(nr, a));
 
@@ -414,25 +425,29 @@ SHUNT_EXPORT long syscall(long nr, ...)
 	case SYS_prlimit64:
 		return raw_rlimit(nr, a);
 
-
 	/* io_uring: rings the library watches (uring.c). */
 	case SYS_io_uring_setup:
 	case SYS_io_uring_enter:
 	case SYS_io_uring_register:
+		shunt_ensure_init();
 		return shunt_uring_syscall(nr, a);
 
 	/* Signal dispositions the library keeps (fault.c). */
 	case SYS_rt_sigaction:
 		/* The program's SIGSEGV and SIGBUS are kept by the library (fault.c). */
+		if (a[0] != SIGSEGV && a[0] != SIGBUS && shunt_dormant())
+			return raw(nr, a);
+		shunt_ensure_init();
 		if (shunt_fault_sig((int)a[0]))
 			return shunt_fault_rt_sigaction(a[0], a[1], a[2], a[3]);
 		return raw(nr, a);
 
 	/* seccomp filters the program installs (seccomp.c). */
 	case SYS_seccomp:
+		shunt_ensure_init();
 		return shunt_seccomp_syscall(a);
 	case SYS_prctl:
-		return shunt_seccomp_prctl(a);
+		return prctl((int)a[0], a[1], a[2], a[3], a[4]);
 	default:
 		return raw(nr, a);
 	}

@@ -12,7 +12,7 @@
 
 struct shunt_libc shunt_libc;
 
-static struct shunt_once resolve_once = SHUNT_ONCE_INIT;
+struct shunt_once shunt_libc_once = SHUNT_ONCE_INIT;
 
 static void die_missing(const char *name)
 {
@@ -50,7 +50,7 @@ static void resolve(void)
 	}
 }
 
-void shunt_libc_resolve(void)
+void shunt_libc_resolve_once(void)
 {
-	shunt_once(&resolve_once, resolve);
+	shunt_once(&shunt_libc_once, resolve);
 }

@@ -22,6 +22,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "common/once.h"
+
 #define SHUNT_LIBC_FUNCTIONS(X) \
 	X(int, socket, (int, int, int)) \
 	X(int, bind, (int, const struct sockaddr *, socklen_t)) \
@@ -145,8 +147,17 @@ extern struct shunt_libc shunt_libc;
 /*
  * Resolve every symbol once (shunt_once), aborting with a message naming
  * the symbol if one is missing: a half-resolved table would turn a call of
- * the application into a jump to NULL. Cheap after the first call.
+ * the application into a jump to NULL. Cheap after the first call (one
+ * load and a branch, inline).
  */
-void shunt_libc_resolve(void);
+void shunt_libc_resolve_once(void);
+extern struct shunt_once shunt_libc_once;
+
+static inline void shunt_libc_resolve(void)
+{
+	if (__builtin_expect(atomic_load_explicit(&shunt_libc_once.state, memory_order_acquire) !=
+			     SHUNT_ONCE_DONE, 0))
+		shunt_libc_resolve_once();
+}
 
 #endif

@@ -30,17 +30,26 @@ enum {
 	EXIT_BAD_DATA = 2,
 	EXIT_PRELOADED = 3,
 	EXIT_STILL_OPEN = 4,
+	EXIT_MARKED = 5,
 };
 
 static const char *self;
 
 // ---- the new images
 
+// The mark with which shunt has a new image claim what it kept is not the program's.
+static bool marked(void)
+{
+	return getenv("SHUNT_EXEC_TICKET") != NULL;
+}
+
 // --talk FD PLAIN: the conversation on FD; PLAIN=1: must run without the library.
 static int image_talk(int fd, int plain)
 {
 	if (plain && t_preloaded())
 		return EXIT_PRELOADED;
+	if (marked())
+		return EXIT_MARKED;
 	return t_talk_holder(fd, fd, FIRST) ? 0 : EXIT_BAD_DATA;
 }
 
@@ -49,6 +58,8 @@ static int image_stdio(int plain)
 {
 	if (plain && t_preloaded())
 		return EXIT_PRELOADED;
+	if (marked())
+		return EXIT_MARKED;
 	return t_talk_holder(STDIN_FILENO, STDOUT_FILENO, FIRST) ? 0 : EXIT_BAD_DATA;
 }
 
