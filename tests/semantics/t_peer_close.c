@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The peer closed: EOF after its data, a blocked recv woken by the close,
-// the first send succeeding and the next ones failing with EPIPE, and SIGPIPE
-// delivered unless MSG_NOSIGNAL or SIG_IGN.
+// the first send succeeding (in part, when larger than the send buffer) and
+// the next ones failing with EPIPE, and SIGPIPE delivered unless MSG_NOSIGNAL
+// or SIG_IGN.
 // shunt-expect: shm_connect>=3 shm_accept>=3 kernel_connect==0 kernel_accept==0
 // shunt-expect: shm_tx_bytes>=1 shm_rx_bytes>=1
 #include "t_harness.h"
@@ -144,11 +145,39 @@ static void close_wakes_send(void)
 	close(c);
 }
 
+// A send larger than the send buffer to a peer that closed: the kernel
+// takes what its buffer holds, so the send is partial and the error comes
+// with the next one (libuv writes the rest and reports it: Node's
+// test-net-error-twice).
+static void big_send_to_closed_peer(int flags, const char *how)
+{
+	char *big = calloc(1, HUGE_SEND);
+	long n;
+	int c, s;
+
+	if (!big)
+		t_fatal("calloc");
+	t_pair(AF_INET, &c, &s);
+	signal(SIGPIPE, SIG_IGN);
+	close(c);
+	t_wait_event(s, POLLRDHUP);
+	errno = 0;
+	n = send(s, big, HUGE_SEND, flags);
+	t_expect(n > 0 && n < HUGE_SEND, "%s send of 64 MiB to a closed peer: partial, 0 < n < len (%s)",
+		 how, n < 0 ? t_errname(errno) : "ok");
+	t_wait_event(s, POLLERR);
+	T_REPORT("the rest", send(s, big + (n > 0 ? n : 0), 1, flags));
+	close(s);
+	free(big);
+}
+
 int main(void)
 {
 	t_start(30);
 	eof_after_data();
 	close_wakes_recv();
 	close_wakes_send();
+	big_send_to_closed_peer(MSG_DONTWAIT, "a non-blocking");
+	big_send_to_closed_peer(0, "a blocking");
 	return t_finish();
 }
