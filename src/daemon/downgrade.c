@@ -19,8 +19,23 @@
 #include "common/proto.h"
 #include "daemon/shuntd.h"
 
-/* What each end had said, said again on its kernel socket @fd. */
-static void replay_state(struct circuit *c, unsigned end, int fd)
+/* A peer that keeps changing its state word gives up its own connection's last shutdowns. */
+enum { KERNEL_TRIES = 64 };
+
+/* The shutdowns in @st not in @done, said again on kernel socket @fd; all of them now. */
+static uint32_t replay_shutdowns(uint32_t st, uint32_t done, int fd)
+{
+	uint32_t todo = st & ~done;
+
+	if (todo & SHUNT_END_WR_SHUT)
+		shutdown(fd, SHUT_WR);
+	if (todo & SHUNT_END_RD_SHUT)
+		shutdown(fd, SHUT_RD);
+	return done | (st & (SHUNT_END_WR_SHUT | SHUNT_END_RD_SHUT));
+}
+
+/* What each end had said, said again on its kernel socket @fd; the shutdowns replayed. */
+static uint32_t replay_state(struct circuit *c, unsigned end, int fd)
 {
 	uint32_t st = atomic_load(&c->hdr->end[end].state);
 
@@ -31,12 +46,32 @@ static void replay_state(struct circuit *c, unsigned end, int fd)
 
 			setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
 		}
-		return;
+		return SHUNT_END_WR_SHUT | SHUNT_END_RD_SHUT;
 	}
-	if (st & SHUNT_END_WR_SHUT)
-		shutdown(fd, SHUT_WR);
-	if (st & SHUNT_END_RD_SHUT)
-		shutdown(fd, SHUT_RD);
+	return replay_shutdowns(st, 0, fd);
+}
+
+/*
+ * The KERNEL bit of end @end, set in the same step as the last look at its
+ * shutdowns: one a holder made after the replay above is replayed too, and
+ * one made after the bit is the holder's to make on the kernel, which it
+ * knows from the bit in the word it changed (shunt_conn_shutdown). Without
+ * this, a shutdown racing the move was lost: no FIN ever (Node's
+ * test-cluster-send-handle-twice hung on it).
+ */
+static void set_kernel(struct circuit *c, unsigned end, int fd, uint32_t done)
+{
+	_Atomic uint32_t *word = &c->hdr->end[end].state;
+	uint32_t st = atomic_load(word);
+
+	for (int i = 0; i < KERNEL_TRIES; i++) {
+		if (!(st & SHUNT_END_CLOSED))
+			done = replay_shutdowns(st, done, fd);
+		if (atomic_compare_exchange_weak_explicit(word, &st, st | SHUNT_END_KERNEL,
+							  memory_order_release, memory_order_relaxed))
+			return;
+	}
+	atomic_fetch_or_explicit(word, SHUNT_END_KERNEL, memory_order_release);
 }
 
 static uint64_t inode_of(int fd)
@@ -80,16 +115,17 @@ void shuntd_downgrade(struct shuntd *d, struct session *s, const struct shunt_ms
 	if (r == 0)
 		r = shuntd_companion_release(c, kfd);
 	if (r == 0) {
+		uint32_t done[2];
+
 		for (unsigned e = 0; e < 2; e++) {
 			struct shunt_ring_ctl *ring = &c->hdr->ring[e];
 
-			replay_state(c, e, kfd[e]);
+			done[e] = replay_state(c, e, kfd[e]);
 			/* Every unread byte is in the kernel now: nothing is left to read here. */
 			atomic_store(&ring->head, atomic_load(&ring->tail));
 		}
 		for (unsigned e = 0; e < 2; e++)
-			atomic_fetch_or_explicit(&c->hdr->end[e].state, SHUNT_END_KERNEL,
-						 memory_order_release);
+			set_kernel(c, e, kfd[e], done[e]);
 		c->downgraded = true;
 		shunt_debug("circuit %llu moved onto the kernel for session %llu (pid %d)",
 			    (unsigned long long)c->id, (unsigned long long)s->id, (int)s->pid);

@@ -339,11 +339,14 @@ static void wake_self(struct shunt_conn *c, unsigned why)
 }
 
 /* Publish a state bit of our end and wake the peer to look at it. */
-static void publish_state(struct shunt_conn *c, uint32_t bits)
+/* Set @bits in our end's state and tell the peer; the state before. */
+static uint32_t publish_state(struct shunt_conn *c, uint32_t bits)
 {
 	/* Release: bytes published before the FIN are seen with it. */
-	atomic_fetch_or_explicit(&c->me->state, bits, memory_order_release);
+	uint32_t was = atomic_fetch_or_explicit(&c->me->state, bits, memory_order_release);
+
 	wake_peer(c, SHUNT_WAKE_ALL);
+	return was;
 }
 
 static uint32_t my_state(struct shunt_conn *c)
@@ -1264,12 +1267,14 @@ unlocked:
 int shunt_conn_shutdown(struct shunt_conn *c, int how)
 {
 	struct shunt_timer none = { 0 };
+	uint32_t was = 0;
 
 	/* TCP_CLOSE (after a reset, or FINs both ways: the kernel's TIME_WAIT is elsewhere). */
 	if (shunt_conn_closed(c))
 		return -ENOTCONN;
 	if (how == SHUT_RD || how == SHUT_RDWR) {
-		atomic_fetch_or_explicit(&c->me->state, SHUNT_END_RD_SHUT, memory_order_release);
+		was |= atomic_fetch_or_explicit(&c->me->state, SHUNT_END_RD_SHUT,
+						memory_order_release);
 		/* Our own blocked readers now see EOF. */
 		wake_self(c, SHUNT_WAKE_ALL);
 	}
@@ -1285,11 +1290,14 @@ int shunt_conn_shutdown(struct shunt_conn *c, int how)
 
 		if (locked && !(my_state(c) & SHUNT_END_KERNEL))
 			release_held(c, 0);
-		publish_state(c, SHUNT_END_WR_SHUT);
+		was |= publish_state(c, SHUNT_END_WR_SHUT);
 		if (locked)
 			tx_unlock(c);
 		wake_self(c, SHUNT_WAKE_ALL);
 	}
+	/* Moved onto the kernel before our bits were set: shuntd replayed only the ones it saw. */
+	if (was & SHUNT_END_KERNEL)
+		return SHUNT_CONN_MOVED;
 	return is_dead(c) ? -ENOTCONN : 0;
 }
 

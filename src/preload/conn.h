@@ -166,7 +166,12 @@ void shunt_conn_let_go(struct shunt_conn *c);
  */
 int shunt_conn_downgrade(struct shunt_conn *c, int fd);
 
-/* shutdown(2) on an established connection: 0 or -errno. */
+/*
+ * shutdown(2) on an established connection: 0 or -errno, or
+ * SHUNT_CONN_MOVED when the connection moved onto the kernel while it ran,
+ * too late for shuntd to see it: the caller shuts its kernel socket down.
+ */
+enum { SHUNT_CONN_MOVED = 1 };
 int shunt_conn_shutdown(struct shunt_conn *c, int how);
 
 /* The poll(2) mask tcp_poll would report for SO_RCVLOWAT @lowat. Lock-free. */

@@ -40,6 +40,7 @@
 #include "preload/sock.h"
 #include "preload/spare.h"
 #include "preload/stats.h"
+#include "preload/tcpinfo.h"
 #include "preload/util.h"
 #include "preload/wait.h"
 
@@ -235,8 +236,12 @@ static bool is_fd_of(int fd, struct shunt_sock *s)
  * Whether the kernel really carries @s's connection now. The KERNEL bit
  * that says so is in the circuit, which the peer can write; shuntd sets it
  * only after taking this socket out of TCP repair mode, so a socket still
- * in repair mode (or none to ask) means the bit is a lie. Any descriptor of
- * @s names the same kernel socket; a rare path, so a scan finds one.
+ * in repair mode (or none to ask) means the bit is a lie, and so does one
+ * the kernel never connected (no companion). A connection the kernel
+ * carried and ended since (FINs both ways, or a reset) is closed too, but
+ * it sent or received segments on the way, which a socket made in repair
+ * mode and never connected did not. Any descriptor of @s names the same
+ * kernel socket; a rare path, so a scan finds one.
  */
 static bool kernel_took_over(struct shunt_sock *s)
 {
@@ -244,16 +249,13 @@ static bool kernel_took_over(struct shunt_sock *s)
 
 	for (size_t fd = 0; fd < high; fd++) {
 		int repair = 1;
-		struct tcp_info ti = { .tcpi_state = TCP_CLOSE };
-		socklen_t len = sizeof(repair), tlen = sizeof(ti);
+		socklen_t len = sizeof(repair);
 
 		if (!is_fd_of((int)fd, s))
 			continue;
-		/* Out of repair, and connected (a socket without companion never is). */
+		/* Out of repair, and connected now or before (a socket without companion never is). */
 		return shunt_libc.getsockopt((int)fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 &&
-		       repair == 0 &&
-		       shunt_libc.getsockopt((int)fd, IPPROTO_TCP, TCP_INFO, &ti, &tlen) == 0 &&
-		       ti.tcpi_state != TCP_CLOSE && ti.tcpi_state != TCP_LISTEN;
+		       repair == 0 && shunt_tcpinfo_carried((int)fd, shunt_libc.getsockopt);
 	}
 	return false;
 }
@@ -1237,8 +1239,14 @@ int shunt_op_shutdown(struct shunt_sock *s, int fd, int how)
 
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return -EINVAL;
-	if (st == SHUNT_SOCK_CONNECTED)
-		return shunt_conn_shutdown(s->conn, how);
+	if (st == SHUNT_SOCK_CONNECTED) {
+		r = shunt_conn_shutdown(s->conn, how);
+		if (r != SHUNT_CONN_MOVED)
+			return r;
+		st = shunt_sock_sync(s);
+		if (st != SHUNT_SOCK_KERNEL)
+			return -ENOTCONN;	/* the move was a lie, and reset the connection */
+	}
 	if (st == SHUNT_SOCK_CONNECTING)
 		return shutdown_connecting(s, fd, how);
 	r = (int)libc_ret(shunt_libc.shutdown(fd, how));

@@ -7,13 +7,15 @@
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <linux/tcp.h>
 
 #include "preload/conn.h"
 #include "preload/ops.h"
 #include "preload/tcpinfo.h"
 
-enum { K_SYN_SENT = 2 };
+/* The kernel's TCP states (netinet/tcp.h's, which cannot be had with linux/tcp.h). */
+enum { K_SYN_SENT = 2, K_CLOSE = 7, K_LISTEN = 10 };
 
 /* Write @size bytes of @v at @off of the program's buffer, as far as its length goes. */
 static void put_field(void *val, socklen_t len, size_t off, const void *v, size_t size)
@@ -52,4 +54,14 @@ void shunt_tcpinfo_connecting(void *val, socklen_t len)
 	PUT(tcpi_bytes_sent, 0);
 	PUT(tcpi_bytes_acked, 0);
 	PUT(tcpi_bytes_received, 0);
+}
+
+bool shunt_tcpinfo_carried(int fd, int (*getsockopt_fn)(int, int, int, void *, socklen_t *))
+{
+	struct tcp_info ti = { .tcpi_state = K_CLOSE };
+	socklen_t len = sizeof(ti);
+
+	if (getsockopt_fn(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 || ti.tcpi_state == K_LISTEN)
+		return false;
+	return ti.tcpi_state != K_CLOSE || ti.tcpi_segs_in || ti.tcpi_segs_out;
 }
