@@ -318,7 +318,7 @@ again:
 	} else if (s && atomic_load_explicit(&s->recycled, memory_order_acquire)) {
 		/* Where the half's last connection left it, which nothing since could change. */
 		*local = s->port_past.local;
-	} else if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	} else if (SHUNT_LIBC(getsockname)(fd, (struct sockaddr *)&ss, &len) < 0 ||
 		   shunt_addr_to_wire((struct sockaddr *)&ss, len, local) < 0) {
 		return -errno ? -errno : -EINVAL;
 	}
@@ -327,7 +327,7 @@ again:
 		int v6only = 0;
 
 		len = sizeof(v6only);
-		if (shunt_libc.getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &len) < 0 || v6only)
+		if (SHUNT_LIBC(getsockopt)(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &len) < 0 || v6only)
 			return -ENETUNREACH;
 	}
 	/*

@@ -93,9 +93,9 @@ static bool net_capable(int fd)
 	socklen_t len = sizeof(mark);
 
 	/* The kernel's own check, in the socket's namespace: setting the mark it already has. */
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_MARK, &mark, &len) < 0)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_MARK, &mark, &len) < 0)
 		return false;
-	return shunt_libc.setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, sizeof(mark)) == 0;
+	return SHUNT_LIBC(setsockopt)(fd, SOL_SOCKET, SO_MARK, &mark, sizeof(mark)) == 0;
 }
 
 /* Whether SO_TXTIME was set on @fd (its SOCK_TXTIME flag), as far as it reads back. */
@@ -104,7 +104,7 @@ static bool txtime_on(int fd)
 	struct { int32_t clockid; uint32_t flags; } t = { 0, 0 };
 	socklen_t len = sizeof(t);
 
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_TXTIME, &t, &len) < 0)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_TXTIME, &t, &len) < 0)
 		return false;
 	return t.clockid || t.flags;
 }

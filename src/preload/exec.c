@@ -333,20 +333,20 @@ static bool maybe_kept(int fd, bool *hint)
 	struct tcp_info ti = { 0 };
 	socklen_t len = sizeof(int), tl = sizeof(ti);
 
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
 	    (domain != AF_INET && domain != AF_INET6))
 		return false;
 	len = sizeof(int);
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM)
 		return false;
 	len = sizeof(int);
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) < 0 ||
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) < 0 ||
 	    proto != IPPROTO_TCP)
 		return false;
 	len = sizeof(int);
-	if (shunt_libc.getsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 && repair)
+	if (SHUNT_LIBC(getsockopt)(fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 && repair)
 		*hint = true;
-	else if (shunt_libc.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+	else if (SHUNT_LIBC(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
 		 (ti.tcpi_state == TCP_CLOSE || ti.tcpi_state == TCP_LISTEN))
 		*hint = true;
 	return true;
@@ -371,7 +371,7 @@ static int64_t timeo_us(int fd, int name)
 	struct timeval tv;
 	socklen_t len = sizeof(tv);
 
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, name, &tv, &len) < 0 || tv.tv_sec < 0)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, name, &tv, &len) < 0 || tv.tv_sec < 0)
 		return 0;
 	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 }
@@ -399,7 +399,7 @@ static void rebuild(struct shunt_conn *c, uint32_t flags, const struct inherited
 	uint32_t setup = atomic_load(&c->hdr->setup);
 	struct shunt_sock *s;
 
-	shunt_libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len);
+	SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len);
 	s = shunt_sock_new(domain, fl >= 0 && (fl & O_NONBLOCK));
 	if (!s) {
 		shunt_conn_close(c, false);
@@ -408,10 +408,10 @@ static void rebuild(struct shunt_conn *c, uint32_t flags, const struct inherited
 	atomic_store(&s->rcvtimeo_us, timeo_us(fd, SO_RCVTIMEO));
 	atomic_store(&s->sndtimeo_us, timeo_us(fd, SO_SNDTIMEO));
 	len = sizeof(lowat);
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, &len) == 0 && lowat > 0)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, &len) == 0 && lowat > 0)
 		atomic_store(&s->rcvlowat, lowat);
 	len = sizeof(lg);
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0)
 		atomic_store(&s->linger_abort, lg.l_onoff && !lg.l_linger);
 	/* No thread of this image holds any: a downgrade cut short by the exec held all four. */
 	unlock_stale(&c->me->tx_lock);

@@ -158,7 +158,7 @@ static void install(int sig, const struct shunt_ksigaction *prog)
 	} else {
 		sa.sa_flags |= SA_ONSTACK | SA_RESTART;
 	}
-	shunt_libc.sigaction(sig, &sa, NULL);
+	SHUNT_LIBC(sigaction)(sig, &sa, NULL);
 }
 
 /* Block every signal and take set_lock: no handler can run on this thread meanwhile. */
@@ -229,7 +229,7 @@ static void die(int sig, siginfo_t *info)
 
 	memset(&dfl, 0, sizeof(dfl));
 	dfl.sa_handler = SIG_DFL;
-	shunt_libc.sigaction(sig, &dfl, NULL);
+	SHUNT_LIBC(sigaction)(sig, &dfl, NULL);
 	sigemptyset(&one);
 	sigaddset(&one, sig);
 	shunt_syscall(SYS_rt_sigprocmask, SIG_BLOCK, &one, NULL, KSIGSET_BYTES);

@@ -196,7 +196,7 @@ static void fork_parent_end(uint64_t ticket, pid_t pid)
 pid_t shunt_op_fork(void)
 {
 	uint64_t secret = 0, ticket = fork_begin(&secret);
-	pid_t pid = shunt_libc.fork();	/* runs shunt_fork_prepare & co. (pthread_atfork) */
+	pid_t pid = SHUNT_LIBC(fork)();	/* runs shunt_fork_prepare & co. (pthread_atfork) */
 
 	if (pid == 0) {
 		fork_child_end(ticket, secret);
@@ -211,12 +211,12 @@ pid_t shunt_op_fork_bare(void)
 	uint64_t secret = 0, ticket;
 	pid_t pid;
 
-	if (!shunt_libc._Fork)
+	if (!SHUNT_LIBC(_Fork))
 		return -ENOSYS;
 	ticket = fork_begin(&secret);
 	/* _Fork runs no atfork handler: the library's own, which its state needs, run here. */
 	shunt_fork_prepare();
-	pid = shunt_libc._Fork();
+	pid = SHUNT_LIBC(_Fork)();
 	if (pid == 0) {
 		shunt_fork_child();
 		fork_child_end(ticket, secret);
@@ -262,12 +262,12 @@ int shunt_op_clone(int (*fn)(void *), void *stack, int flags, void *arg, pid_t *
 	 * table, it is no fork: it runs as it always did.
 	 */
 	if (flags & (CLONE_VM | CLONE_THREAD | CLONE_FILES)) {
-		pid = shunt_libc.clone(fn, stack, flags, arg, ptid, tls, ctid);
+		pid = SHUNT_LIBC(clone)(fn, stack, flags, arg, ptid, tls, ctid);
 		return pid < 0 ? -errno : pid;
 	}
 	cc.ticket = fork_begin(&cc.secret);
 	shunt_fork_prepare();
-	pid = shunt_libc.clone(clone_child, stack, flags, &cc, ptid, tls, ctid);
+	pid = SHUNT_LIBC(clone)(clone_child, stack, flags, &cc, ptid, tls, ctid);
 	if (pid < 0)
 		pid = -errno;
 	shunt_fork_parent();

@@ -112,7 +112,6 @@ static void init(void)
 
 	shunt_pid = filtered ? pid : (uint32_t)getpid();
 	shunt_log_set_pid((int)shunt_pid);
-	shunt_libc_resolve();
 	/*
 	 * Before anything reads program memory, and before the program asks
 	 * for its handlers; not under a filter we cannot see, which may kill
@@ -165,13 +164,17 @@ void shunt_init(void)
 }
 
 /*
- * The C library's functions are found now (every call passes through to
- * them, dormant or not); the start waits, unless connections were kept for
- * this image across exec.
+ * The start waits (above), unless connections were kept for this image
+ * across exec. The C library's functions are found at their first call
+ * (libc.h), but for those a signal handler may call first: dlsym is not
+ * safe in a handler that interrupted the dynamic loader.
  */
 __attribute__((constructor)) static void shunt_constructor(void)
 {
-	shunt_libc_resolve();
+	(void)SHUNT_LIBC(read);
+	(void)SHUNT_LIBC(write);
+	(void)SHUNT_LIBC(close);
+	(void)SHUNT_LIBC(sigaction);
 	if (getenv(SHUNT_EXEC_KEPT_ENV)) {
 		/* The program's environment is the one it was given. */
 		unsetenv(SHUNT_EXEC_KEPT_ENV);

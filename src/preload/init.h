@@ -7,8 +7,6 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#include "preload/libc.h"
-
 extern _Atomic bool shunt_ready;
 extern _Atomic bool shunt_start_begun;
 
@@ -23,11 +21,7 @@ void shunt_init(void);
  */
 static inline bool shunt_dormant(void)
 {
-	if (atomic_load(&shunt_start_begun))
-		return false;
-	/* The C library's functions, for a call before our constructor (another library's). */
-	shunt_libc_resolve();
-	return true;
+	return !atomic_load(&shunt_start_begun);
 }
 
 /*

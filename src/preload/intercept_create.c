@@ -105,7 +105,7 @@ static FILE *new_file(FILE *f)
 		errno = e;
 		return f;
 	}
-	shunt_libc.fclose(f);
+	SHUNT_LIBC(fclose)(f);
 	errno = EMFILE;
 	return NULL;
 }
@@ -148,11 +148,11 @@ SHUNT_EXPORT int open(const char *path, int flags, ...)
 	mode = mode_arg(flags, ap);
 	va_end(ap);
 	if (shunt_dormant())
-		return shunt_libc.open(path, flags, mode);
+		return SHUNT_LIBC(open)(path, flags, mode);
 	shunt_ensure_init();
 	if (open_room(path, flags) < 0)
 		return -1;
-	return new_fd(shunt_libc.open(path, flags, mode));
+	return new_fd(SHUNT_LIBC(open)(path, flags, mode));
 }
 
 SHUNT_EXPORT int open64(const char *path, int flags, ...)
@@ -164,11 +164,11 @@ SHUNT_EXPORT int open64(const char *path, int flags, ...)
 	mode = mode_arg(flags, ap);
 	va_end(ap);
 	if (shunt_dormant())
-		return shunt_libc.open64(path, flags, mode);
+		return SHUNT_LIBC(open64)(path, flags, mode);
 	shunt_ensure_init();
 	if (open_room(path, flags) < 0)
 		return -1;
-	return new_fd(shunt_libc.open64(path, flags, mode));
+	return new_fd(SHUNT_LIBC(open64)(path, flags, mode));
 }
 
 SHUNT_EXPORT int openat(int dirfd, const char *path, int flags, ...)
@@ -180,11 +180,11 @@ SHUNT_EXPORT int openat(int dirfd, const char *path, int flags, ...)
 	mode = mode_arg(flags, ap);
 	va_end(ap);
 	if (shunt_dormant())
-		return shunt_libc.openat(dirfd, path, flags, mode);
+		return SHUNT_LIBC(openat)(dirfd, path, flags, mode);
 	shunt_ensure_init();
 	if (open_room(path, flags) < 0)
 		return -1;
-	return new_fd(shunt_libc.openat(dirfd, path, flags, mode));
+	return new_fd(SHUNT_LIBC(openat)(dirfd, path, flags, mode));
 }
 
 SHUNT_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
@@ -196,72 +196,72 @@ SHUNT_EXPORT int openat64(int dirfd, const char *path, int flags, ...)
 	mode = mode_arg(flags, ap);
 	va_end(ap);
 	if (shunt_dormant())
-		return shunt_libc.openat64(dirfd, path, flags, mode);
+		return SHUNT_LIBC(openat64)(dirfd, path, flags, mode);
 	shunt_ensure_init();
 	if (open_room(path, flags) < 0)
 		return -1;
-	return new_fd(shunt_libc.openat64(dirfd, path, flags, mode));
+	return new_fd(SHUNT_LIBC(openat64)(dirfd, path, flags, mode));
 }
 
 /* The fortified spellings (_FORTIFY_SOURCE): they check for a missing mode first. */
 SHUNT_EXPORT int __open_2(const char *path, int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.__open_2(path, flags);
+		return SHUNT_LIBC(__open_2)(path, flags);
 	shunt_ensure_init();
 	if (!__OPEN_NEEDS_MODE(flags) && open_room(path, flags) < 0)
 		return -1;
-	return new_fd(shunt_libc.__open_2(path, flags));
+	return new_fd(SHUNT_LIBC(__open_2)(path, flags));
 }
 
 SHUNT_EXPORT int __open64_2(const char *path, int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.__open64_2(path, flags);
+		return SHUNT_LIBC(__open64_2)(path, flags);
 	shunt_ensure_init();
 	if (!__OPEN_NEEDS_MODE(flags) && open_room(path, flags) < 0)
 		return -1;
-	return new_fd(shunt_libc.__open64_2(path, flags));
+	return new_fd(SHUNT_LIBC(__open64_2)(path, flags));
 }
 
 SHUNT_EXPORT int __openat_2(int dirfd, const char *path, int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.__openat_2(dirfd, path, flags);
+		return SHUNT_LIBC(__openat_2)(dirfd, path, flags);
 	shunt_ensure_init();
 	if (!__OPEN_NEEDS_MODE(flags) && open_room(path, flags) < 0)
 		return -1;
-	return new_fd(shunt_libc.__openat_2(dirfd, path, flags));
+	return new_fd(SHUNT_LIBC(__openat_2)(dirfd, path, flags));
 }
 
 SHUNT_EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.__openat64_2(dirfd, path, flags);
+		return SHUNT_LIBC(__openat64_2)(dirfd, path, flags);
 	shunt_ensure_init();
 	if (!__OPEN_NEEDS_MODE(flags) && open_room(path, flags) < 0)
 		return -1;
-	return new_fd(shunt_libc.__openat64_2(dirfd, path, flags));
+	return new_fd(SHUNT_LIBC(__openat64_2)(dirfd, path, flags));
 }
 
 SHUNT_EXPORT int creat(const char *path, mode_t mode)
 {
 	if (shunt_dormant())
-		return shunt_libc.creat(path, mode);
+		return SHUNT_LIBC(creat)(path, mode);
 	shunt_ensure_init();
 	if (open_room(path, O_CREAT | O_WRONLY | O_TRUNC) < 0)
 		return -1;
-	return new_fd(shunt_libc.creat(path, mode));
+	return new_fd(SHUNT_LIBC(creat)(path, mode));
 }
 
 SHUNT_EXPORT int creat64(const char *path, mode_t mode)
 {
 	if (shunt_dormant())
-		return shunt_libc.creat64(path, mode);
+		return SHUNT_LIBC(creat64)(path, mode);
 	shunt_ensure_init();
 	if (open_room(path, O_CREAT | O_WRONLY | O_TRUNC) < 0)
 		return -1;
-	return new_fd(shunt_libc.creat64(path, mode));
+	return new_fd(SHUNT_LIBC(creat64)(path, mode));
 }
 
 SHUNT_EXPORT int pipe(int fds[2])
@@ -269,9 +269,9 @@ SHUNT_EXPORT int pipe(int fds[2])
 	int was[2] = { fds[0], fds[1] };
 
 	if (shunt_dormant())
-		return shunt_libc.pipe(fds);
+		return SHUNT_LIBC(pipe)(fds);
 	shunt_ensure_init();
-	return new_pair(shunt_libc.pipe(fds), fds, was);
+	return new_pair(SHUNT_LIBC(pipe)(fds), fds, was);
 }
 
 SHUNT_EXPORT int pipe2(int fds[2], int flags)
@@ -279,9 +279,9 @@ SHUNT_EXPORT int pipe2(int fds[2], int flags)
 	int was[2] = { fds[0], fds[1] };
 
 	if (shunt_dormant())
-		return shunt_libc.pipe2(fds, flags);
+		return SHUNT_LIBC(pipe2)(fds, flags);
 	shunt_ensure_init();
-	return new_pair(shunt_libc.pipe2(fds, flags), fds, was);
+	return new_pair(SHUNT_LIBC(pipe2)(fds, flags), fds, was);
 }
 
 SHUNT_EXPORT int socketpair(int domain, int type, int protocol, int fds[2])
@@ -289,7 +289,7 @@ SHUNT_EXPORT int socketpair(int domain, int type, int protocol, int fds[2])
 	int was[2] = { fds[0], fds[1] };
 
 	if (shunt_dormant())
-		return shunt_libc.socketpair(domain, type, protocol, fds);
+		return SHUNT_LIBC(socketpair)(domain, type, protocol, fds);
 	shunt_ensure_init();
 	/*
 	 * __sys_socketpair takes both numbers before it creates anything,
@@ -300,23 +300,23 @@ SHUNT_EXPORT int socketpair(int domain, int type, int protocol, int fds[2])
 		errno = EMFILE;
 		return -1;
 	}
-	return new_pair(shunt_libc.socketpair(domain, type, protocol, fds), fds, was);
+	return new_pair(SHUNT_LIBC(socketpair)(domain, type, protocol, fds), fds, was);
 }
 
 SHUNT_EXPORT int eventfd(unsigned int initval, int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.eventfd(initval, flags);
+		return SHUNT_LIBC(eventfd)(initval, flags);
 	shunt_ensure_init();
-	return new_fd(shunt_libc.eventfd(initval, flags));
+	return new_fd(SHUNT_LIBC(eventfd)(initval, flags));
 }
 
 SHUNT_EXPORT int timerfd_create(int clockid, int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.timerfd_create(clockid, flags);
+		return SHUNT_LIBC(timerfd_create)(clockid, flags);
 	shunt_ensure_init();
-	return new_fd(shunt_libc.timerfd_create(clockid, flags));
+	return new_fd(SHUNT_LIBC(timerfd_create)(clockid, flags));
 }
 
 SHUNT_EXPORT int signalfd(int fd, const sigset_t *mask, int flags)
@@ -324,9 +324,9 @@ SHUNT_EXPORT int signalfd(int fd, const sigset_t *mask, int flags)
 	int r;
 
 	if (shunt_dormant())
-		return shunt_libc.signalfd(fd, mask, flags);
+		return SHUNT_LIBC(signalfd)(fd, mask, flags);
 	shunt_ensure_init();
-	r = shunt_libc.signalfd(fd, mask, flags);
+	r = SHUNT_LIBC(signalfd)(fd, mask, flags);
 	/* With an existing signalfd it changes that one: no new descriptor. */
 	return fd == -1 ? new_fd(r) : r;
 }
@@ -334,59 +334,59 @@ SHUNT_EXPORT int signalfd(int fd, const sigset_t *mask, int flags)
 SHUNT_EXPORT int inotify_init(void)
 {
 	if (shunt_dormant())
-		return shunt_libc.inotify_init();
+		return SHUNT_LIBC(inotify_init)();
 	shunt_ensure_init();
-	return new_fd(shunt_libc.inotify_init());
+	return new_fd(SHUNT_LIBC(inotify_init)());
 }
 
 SHUNT_EXPORT int inotify_init1(int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.inotify_init1(flags);
+		return SHUNT_LIBC(inotify_init1)(flags);
 	shunt_ensure_init();
-	return new_fd(shunt_libc.inotify_init1(flags));
+	return new_fd(SHUNT_LIBC(inotify_init1)(flags));
 }
 
 SHUNT_EXPORT int fanotify_init(unsigned int flags, unsigned int event_flags)
 {
-	if (shunt_dormant() && shunt_libc.fanotify_init)
-		return shunt_libc.fanotify_init(flags, event_flags);
+	if (shunt_dormant() && SHUNT_LIBC(fanotify_init))
+		return SHUNT_LIBC(fanotify_init)(flags, event_flags);
 	shunt_ensure_init();
-	if (!shunt_libc.fanotify_init) {
+	if (!SHUNT_LIBC(fanotify_init)) {
 		errno = ENOSYS;
 		return -1;
 	}
-	return new_fd(shunt_libc.fanotify_init(flags, event_flags));
+	return new_fd(SHUNT_LIBC(fanotify_init)(flags, event_flags));
 }
 
 SHUNT_EXPORT int memfd_create(const char *name, unsigned int flags)
 {
-	if (shunt_dormant() && shunt_libc.memfd_create)
-		return shunt_libc.memfd_create(name, flags);
+	if (shunt_dormant() && SHUNT_LIBC(memfd_create))
+		return SHUNT_LIBC(memfd_create)(name, flags);
 	shunt_ensure_init();
-	if (!shunt_libc.memfd_create)
+	if (!SHUNT_LIBC(memfd_create))
 		return new_fd((int)shunt_syscall(SYS_memfd_create, name, flags));
-	return new_fd(shunt_libc.memfd_create(name, flags));
+	return new_fd(SHUNT_LIBC(memfd_create)(name, flags));
 }
 
 SHUNT_EXPORT int pidfd_open(pid_t pid, unsigned int flags)
 {
-	if (shunt_dormant() && shunt_libc.pidfd_open)
-		return shunt_libc.pidfd_open(pid, flags);
+	if (shunt_dormant() && SHUNT_LIBC(pidfd_open))
+		return SHUNT_LIBC(pidfd_open)(pid, flags);
 	shunt_ensure_init();
-	if (!shunt_libc.pidfd_open)
+	if (!SHUNT_LIBC(pidfd_open))
 		return new_fd((int)shunt_syscall(SYS_pidfd_open, pid, flags));
-	return new_fd(shunt_libc.pidfd_open(pid, flags));
+	return new_fd(SHUNT_LIBC(pidfd_open)(pid, flags));
 }
 
 SHUNT_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 {
-	if (shunt_dormant() && shunt_libc.pidfd_getfd)
-		return shunt_libc.pidfd_getfd(pidfd, targetfd, flags);
+	if (shunt_dormant() && SHUNT_LIBC(pidfd_getfd))
+		return SHUNT_LIBC(pidfd_getfd)(pidfd, targetfd, flags);
 	shunt_ensure_init();
-	if (!shunt_libc.pidfd_getfd)
+	if (!SHUNT_LIBC(pidfd_getfd))
 		return new_fd((int)shunt_syscall(SYS_pidfd_getfd, pidfd, targetfd, flags));
-	return new_fd(shunt_libc.pidfd_getfd(pidfd, targetfd, flags));
+	return new_fd(SHUNT_LIBC(pidfd_getfd)(pidfd, targetfd, flags));
 }
 
 /* mkstemp and friends: glibc checks the template (EINVAL) before it opens. */
@@ -407,41 +407,41 @@ static int temp_room(const char *tmpl, int suffix)
 SHUNT_EXPORT int mkstemp(char *tmpl)
 {
 	if (shunt_dormant())
-		return shunt_libc.mkstemp(tmpl);
+		return SHUNT_LIBC(mkstemp)(tmpl);
 	shunt_ensure_init();
 	if (temp_room(tmpl, 0) < 0)
 		return -1;
-	return new_fd(shunt_libc.mkstemp(tmpl));
+	return new_fd(SHUNT_LIBC(mkstemp)(tmpl));
 }
 
 SHUNT_EXPORT int mkostemp(char *tmpl, int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.mkostemp(tmpl, flags);
+		return SHUNT_LIBC(mkostemp)(tmpl, flags);
 	shunt_ensure_init();
 	if (temp_room(tmpl, 0) < 0)
 		return -1;
-	return new_fd(shunt_libc.mkostemp(tmpl, flags));
+	return new_fd(SHUNT_LIBC(mkostemp)(tmpl, flags));
 }
 
 SHUNT_EXPORT int mkstemps(char *tmpl, int suffix)
 {
 	if (shunt_dormant())
-		return shunt_libc.mkstemps(tmpl, suffix);
+		return SHUNT_LIBC(mkstemps)(tmpl, suffix);
 	shunt_ensure_init();
 	if (temp_room(tmpl, suffix) < 0)
 		return -1;
-	return new_fd(shunt_libc.mkstemps(tmpl, suffix));
+	return new_fd(SHUNT_LIBC(mkstemps)(tmpl, suffix));
 }
 
 SHUNT_EXPORT int mkostemps(char *tmpl, int suffix, int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.mkostemps(tmpl, suffix, flags);
+		return SHUNT_LIBC(mkostemps)(tmpl, suffix, flags);
 	shunt_ensure_init();
 	if (temp_room(tmpl, suffix) < 0)
 		return -1;
-	return new_fd(shunt_libc.mkostemps(tmpl, suffix, flags));
+	return new_fd(SHUNT_LIBC(mkostemps)(tmpl, suffix, flags));
 }
 
 /* fopen's mode is parsed before anything is opened: a bad one is EINVAL. */
@@ -461,45 +461,45 @@ static int fopen_room(const char *path, const char *mode)
 SHUNT_EXPORT FILE *fopen(const char *path, const char *mode)
 {
 	if (shunt_dormant())
-		return shunt_libc.fopen(path, mode);
+		return SHUNT_LIBC(fopen)(path, mode);
 	shunt_ensure_init();
 	if (fopen_room(path, mode) < 0)
 		return NULL;
-	return new_file(shunt_libc.fopen(path, mode));
+	return new_file(SHUNT_LIBC(fopen)(path, mode));
 }
 
 SHUNT_EXPORT FILE *fopen64(const char *path, const char *mode)
 {
 	if (shunt_dormant())
-		return shunt_libc.fopen64(path, mode);
+		return SHUNT_LIBC(fopen64)(path, mode);
 	shunt_ensure_init();
 	if (fopen_room(path, mode) < 0)
 		return NULL;
-	return new_file(shunt_libc.fopen64(path, mode));
+	return new_file(SHUNT_LIBC(fopen64)(path, mode));
 }
 
 SHUNT_EXPORT FILE *tmpfile(void)
 {
 	if (shunt_dormant())
-		return shunt_libc.tmpfile();
+		return SHUNT_LIBC(tmpfile)();
 	shunt_ensure_init();
 	if (shunt_fdlimit_room(1) < 0) {
 		errno = EMFILE;
 		return NULL;
 	}
-	return new_file(shunt_libc.tmpfile());
+	return new_file(SHUNT_LIBC(tmpfile)());
 }
 
 SHUNT_EXPORT FILE *tmpfile64(void)
 {
 	if (shunt_dormant())
-		return shunt_libc.tmpfile64();
+		return SHUNT_LIBC(tmpfile64)();
 	shunt_ensure_init();
 	if (shunt_fdlimit_room(1) < 0) {
 		errno = EMFILE;
 		return NULL;
 	}
-	return new_file(shunt_libc.tmpfile64());
+	return new_file(SHUNT_LIBC(tmpfile64)());
 }
 
 SHUNT_EXPORT DIR *opendir(const char *path)
@@ -508,13 +508,13 @@ SHUNT_EXPORT DIR *opendir(const char *path)
 	int e;
 
 	if (shunt_dormant())
-		return shunt_libc.opendir(path);
+		return SHUNT_LIBC(opendir)(path);
 	shunt_ensure_init();
 	if (*path && shunt_fdlimit_room(1) < 0) {
 		errno = EMFILE;
 		return NULL;
 	}
-	d = shunt_libc.opendir(path);
+	d = SHUNT_LIBC(opendir)(path);
 	e = errno;
 	if (d && shunt_fdlimit_admit(dirfd(d)) < 0) {
 		closedir(d);
@@ -544,10 +544,10 @@ SHUNT_EXPORT int fclose(FILE *f)
 	int r, e;
 
 	if (shunt_dormant())
-		return shunt_libc.fclose(f);
+		return SHUNT_LIBC(fclose)(f);
 	shunt_ensure_init();
 	sf = closing(f);
-	r = shunt_libc.fclose(f);
+	r = SHUNT_LIBC(fclose)(f);
 	e = errno;
 	if (sf)
 		shunt_file_put(sf);
@@ -574,15 +574,15 @@ static FILE *do_freopen(FILE *(*fn)(const char *, const char *, FILE *), const c
 SHUNT_EXPORT FILE *freopen(const char *path, const char *mode, FILE *f)
 {
 	if (shunt_dormant())
-		return shunt_libc.freopen(path, mode, f);
+		return SHUNT_LIBC(freopen)(path, mode, f);
 	shunt_ensure_init();
-	return do_freopen(shunt_libc.freopen, path, mode, f);
+	return do_freopen(SHUNT_LIBC(freopen), path, mode, f);
 }
 
 SHUNT_EXPORT FILE *freopen64(const char *path, const char *mode, FILE *f)
 {
 	if (shunt_dormant())
-		return shunt_libc.freopen64(path, mode, f);
+		return SHUNT_LIBC(freopen64)(path, mode, f);
 	shunt_ensure_init();
-	return do_freopen(shunt_libc.freopen64, path, mode, f);
+	return do_freopen(SHUNT_LIBC(freopen64), path, mode, f);
 }

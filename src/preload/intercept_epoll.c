@@ -36,7 +36,7 @@ SHUNT_EXPORT int epoll_create(int size)
 {
 	shunt_ensure_init();
 	if (size <= 0)
-		return shunt_libc.epoll_create(size);	/* EINVAL, from the kernel */
+		return SHUNT_LIBC(epoll_create)(size);	/* EINVAL, from the kernel */
 	return create(0);
 }
 
@@ -61,7 +61,7 @@ SHUNT_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		ep = shunt_fdt_get_epoll(epfd);
 	}
 	if (!ep)
-		return shunt_libc.epoll_ctl(epfd, op, fd, ev);
+		return SHUNT_LIBC(epoll_ctl)(epfd, op, fd, ev);
 	/* The kernel reads the event before anything else, for every op but DEL. */
 	if (op != EPOLL_CTL_DEL && shunt_get_user(&kev, ev, sizeof(kev)))
 		r = -EFAULT;
@@ -106,7 +106,7 @@ SHUNT_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int max, int t
 	shunt_ensure_init();
 	ep = shunt_fdt_get_epoll(epfd);
 	if (!ep)
-		return shunt_libc.epoll_wait(epfd, events, max, timeout);
+		return SHUNT_LIBC(epoll_wait)(epfd, events, max, timeout);
 	return do_wait(ep, epfd, events, max, timeout < 0 ? -1 : timeout * 1000000LL, NULL);
 }
 
@@ -119,7 +119,7 @@ SHUNT_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int max, int 
 	shunt_ensure_init();
 	ep = epoll_with_mask(epfd, mask, &kmask);
 	if (!ep)
-		return shunt_libc.epoll_pwait(epfd, events, max, timeout, mask);
+		return SHUNT_LIBC(epoll_pwait)(epfd, events, max, timeout, mask);
 	return do_wait(ep, epfd, events, max, timeout < 0 ? -1 : timeout * 1000000LL,
 		       mask ? &kmask : NULL);
 }
@@ -135,10 +135,10 @@ SHUNT_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int max,
 	/* The timeout is read first, then checked: the kernel answers for a bad one. */
 	if (ts && (shunt_get_user(&kts, ts, sizeof(kts)) || kts.tv_sec < 0 || kts.tv_nsec < 0 ||
 		   kts.tv_nsec >= 1000000000))
-		return shunt_libc.epoll_pwait2(epfd, events, max, ts, mask);
+		return SHUNT_LIBC(epoll_pwait2)(epfd, events, max, ts, mask);
 	ep = epoll_with_mask(epfd, mask, &kmask);
 	if (!ep)
-		return shunt_libc.epoll_pwait2(epfd, events, max, ts, mask);
+		return SHUNT_LIBC(epoll_pwait2)(epfd, events, max, ts, mask);
 	return do_wait(ep, epfd, events, max, ts ? kts.tv_sec * 1000000000LL + kts.tv_nsec : -1,
 		       mask ? &kmask : NULL);
 }

@@ -37,7 +37,7 @@ SHUNT_EXPORT int close(int fd)
 	int saved = errno;
 
 	if (shunt_dormant())
-		return shunt_libc.close(fd);
+		return SHUNT_LIBC(close)(fd);
 	shunt_ensure_init();
 	return (int)shunt_ret(shunt_op_close(fd), saved);
 }
@@ -112,16 +112,16 @@ static int duplicated(int fd, int r, bool fresh)
 SHUNT_EXPORT int dup(int fd)
 {
 	if (shunt_dormant())
-		return shunt_libc.dup(fd);
+		return SHUNT_LIBC(dup)(fd);
 	shunt_ensure_init();
 	check_source(fd);
-	return duplicated(fd, shunt_libc.dup(fd), true);
+	return duplicated(fd, SHUNT_LIBC(dup)(fd), true);
 }
 
 SHUNT_EXPORT int dup2(int fd, int newfd)
 {
 	if (shunt_dormant())
-		return shunt_libc.dup2(fd, newfd);
+		return SHUNT_LIBC(dup2)(fd, newfd);
 	shunt_ensure_init();
 	/* ksys_dup3 refuses a target past the limit before it looks at @fd. */
 	if (fd != newfd && shunt_fdlimit_check_target(newfd) < 0) {
@@ -129,13 +129,13 @@ SHUNT_EXPORT int dup2(int fd, int newfd)
 		return -1;
 	}
 	check_source(fd);
-	return duplicated(fd, shunt_libc.dup2(fd, newfd), false);
+	return duplicated(fd, SHUNT_LIBC(dup2)(fd, newfd), false);
 }
 
 SHUNT_EXPORT int dup3(int fd, int newfd, int flags)
 {
 	if (shunt_dormant())
-		return shunt_libc.dup3(fd, newfd, flags);
+		return SHUNT_LIBC(dup3)(fd, newfd, flags);
 	shunt_ensure_init();
 	/* After its EINVAL checks (flags, same descriptor), as ksys_dup3 orders them. */
 	if (!(flags & ~O_CLOEXEC) && fd != newfd && shunt_fdlimit_check_target(newfd) < 0) {
@@ -143,7 +143,7 @@ SHUNT_EXPORT int dup3(int fd, int newfd, int flags)
 		return -1;
 	}
 	check_source(fd);
-	return duplicated(fd, shunt_libc.dup3(fd, newfd, flags), false);
+	return duplicated(fd, SHUNT_LIBC(dup3)(fd, newfd, flags), false);
 }
 
 /* F_DUPFD and F_DUPFD_CLOEXEC: the lowest free number from @arg, in the program's range. */
@@ -188,8 +188,8 @@ SHUNT_EXPORT int fcntl(int fd, int cmd, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	if (shunt_dormant())
-		return shunt_libc.fcntl(fd, cmd, arg);
-	return do_fcntl(fd, cmd, arg, shunt_libc.fcntl);
+		return SHUNT_LIBC(fcntl)(fd, cmd, arg);
+	return do_fcntl(fd, cmd, arg, SHUNT_LIBC(fcntl));
 }
 
 SHUNT_EXPORT int fcntl64(int fd, int cmd, ...)
@@ -200,11 +200,11 @@ SHUNT_EXPORT int fcntl64(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	if (!shunt_libc.fcntl64)
+	if (!SHUNT_LIBC(fcntl64))
 		return fcntl(fd, cmd, arg);
 	if (shunt_dormant())
-		return shunt_libc.fcntl64(fd, cmd, arg);
-	return do_fcntl(fd, cmd, arg, shunt_libc.fcntl64);
+		return SHUNT_LIBC(fcntl64)(fd, cmd, arg);
+	return do_fcntl(fd, cmd, arg, SHUNT_LIBC(fcntl64));
 }
 
 SHUNT_EXPORT int ioctl(int fd, unsigned long req, ...)
@@ -218,11 +218,11 @@ SHUNT_EXPORT int ioctl(int fd, unsigned long req, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	if (shunt_dormant())
-		return shunt_libc.ioctl(fd, req, arg);
+		return SHUNT_LIBC(ioctl)(fd, req, arg);
 	shunt_ensure_init();
 	s = shunt_fdt_get(fd);
 	if (!s)
-		return shunt_libc.ioctl(fd, req, arg);
+		return SHUNT_LIBC(ioctl)(fd, req, arg);
 	r = shunt_op_ioctl(s, fd, req, arg);
 	shunt_sock_put(s);
 	return (int)shunt_ret(r, saved);
@@ -235,7 +235,7 @@ SHUNT_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 	nfds_t kn = (unsigned int)n;
 
 	if (shunt_dormant())
-		return shunt_libc.poll(fds, n, timeout);
+		return SHUNT_LIBC(poll)(fds, n, timeout);
 	shunt_ensure_init();
 	/* do_sys_poll's first check, against the program's own limit (fdlimit.c). */
 	if (shunt_fdlimit_check_nfds(kn) < 0) {
@@ -243,7 +243,7 @@ SHUNT_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 		return -1;
 	}
 	if (!shunt_poll_has_ours(fds, kn))
-		return shunt_libc.poll(fds, n, timeout);
+		return SHUNT_LIBC(poll)(fds, n, timeout);
 	return (int)shunt_ret(shunt_op_poll(fds, kn, timeout < 0 ? -1 : timeout * 1000000LL, NULL),
 			      saved);
 }
@@ -275,7 +275,7 @@ SHUNT_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 	sigset_t kmask;
 
 	if (shunt_dormant())
-		return shunt_libc.ppoll(fds, n, ts, mask);
+		return SHUNT_LIBC(ppoll)(fds, n, ts, mask);
 	shunt_ensure_init();
 	/* After the timeout's checks, which the kernel makes first. */
 	if (valid_timespec(ts) && shunt_fdlimit_check_nfds(kn) < 0) {
@@ -284,7 +284,7 @@ SHUNT_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 	}
 	/* glibc reads the timeout itself (a bad pointer faults there), the kernel the rest. */
 	if (!valid_timespec(ts) || !shunt_poll_has_ours(fds, kn) || !mask_copy(mask, &kmask))
-		return shunt_libc.ppoll(fds, n, ts, mask);
+		return SHUNT_LIBC(ppoll)(fds, n, ts, mask);
 	return (int)shunt_ret(shunt_op_poll(fds, kn, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1,
 					    mask ? &kmask : NULL),
 			      saved);
@@ -408,15 +408,15 @@ SHUNT_EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct tim
 	int r;
 
 	if (shunt_dormant())
-		return shunt_libc.select(nfds, rd, wr, ex, tv);
+		return SHUNT_LIBC(select)(nfds, rd, wr, ex, tv);
 	shunt_ensure_init();
 	/* glibc reads the timeout itself, and refuses a negative one without the kernel. */
 	if (nfds < 0 || (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)))
-		return shunt_libc.select(nfds, rd, wr, ex, tv);
+		return SHUNT_LIBC(select)(nfds, rd, wr, ex, tv);
 	r = select_ours(nfds, rd, wr, ex, tv ? tv->tv_sec * 1000000000LL + tv->tv_usec * 1000LL : -1,
 			NULL, &left, &kernel);
 	if (kernel)
-		return shunt_libc.select(nfds, rd, wr, ex, tv);
+		return SHUNT_LIBC(select)(nfds, rd, wr, ex, tv);
 	/* Linux tells the caller how much of the timeout was left (glibc writes it back). */
 	if (tv) {
 		tv->tv_sec = left / 1000000000;
@@ -432,13 +432,13 @@ SHUNT_EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const str
 	int r;
 
 	if (shunt_dormant())
-		return shunt_libc.pselect(nfds, rd, wr, ex, ts, mask);
+		return SHUNT_LIBC(pselect)(nfds, rd, wr, ex, ts, mask);
 	shunt_ensure_init();
 	if (nfds < 0 || !valid_timespec(ts))
-		return shunt_libc.pselect(nfds, rd, wr, ex, ts, mask);
+		return SHUNT_LIBC(pselect)(nfds, rd, wr, ex, ts, mask);
 	r = select_ours(nfds, rd, wr, ex, ts ? ts->tv_sec * 1000000000LL + ts->tv_nsec : -1, mask,
 			NULL, &kernel);
 	if (kernel)
-		return shunt_libc.pselect(nfds, rd, wr, ex, ts, mask);
+		return SHUNT_LIBC(pselect)(nfds, rd, wr, ex, ts, mask);
 	return r;
 }

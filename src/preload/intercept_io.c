@@ -156,7 +156,7 @@ SHUNT_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 	struct iovec iov;
 
 	if (!s)
-		return shunt_libc.send(fd, buf, len, flags);
+		return SHUNT_LIBC(send)(fd, buf, len, flags);
 	if (!ubuf(s, &iov, buf, len))
 		return -1;
 	return do_send(s, fd, &iov, 1, flags);
@@ -170,7 +170,7 @@ SHUNT_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	struct iovec iov;
 
 	if (!s)
-		return shunt_libc.sendto(fd, buf, len, flags, addr.__sockaddr__, alen);
+		return SHUNT_LIBC(sendto)(fd, buf, len, flags, addr.__sockaddr__, alen);
 	if (!ubuf(s, &iov, buf, len))
 		return -1;
 	/*
@@ -192,7 +192,7 @@ SHUNT_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 	struct iovec iov;
 
 	if (!s)
-		return shunt_libc.write(fd, buf, len);
+		return SHUNT_LIBC(write)(fd, buf, len);
 	if (!ubuf(s, &iov, buf, len))
 		return -1;
 	return do_send(s, fd, &iov, 1, 0);
@@ -203,7 +203,7 @@ SHUNT_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 	struct shunt_sock *s = stream_of(fd);
 
 	if (!s)
-		return shunt_libc.writev(fd, iov, cnt);
+		return SHUNT_LIBC(writev)(fd, iov, cnt);
 	return do_vec(s, fd, iov, cnt, true);
 }
 
@@ -216,7 +216,7 @@ SHUNT_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	if (!s) {
 		if (!shunt_dormant())
 			handoff_scm(msg);
-		return shunt_libc.sendmsg(fd, msg, flags);
+		return SHUNT_LIBC(sendmsg)(fd, msg, flags);
 	}
 	r = shunt_op_sendmsg(s, fd, msg, flags);
 	shunt_sock_put(s);
@@ -235,7 +235,7 @@ SHUNT_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 	if (!s) {
 		for (i = 0; vec && i < n && !shunt_dormant(); i++)
 			handoff_scm(&vec[i].msg_hdr);
-		return shunt_libc.sendmmsg(fd, vec, n, flags);
+		return SHUNT_LIBC(sendmmsg)(fd, vec, n, flags);
 	}
 	for (i = 0; i < n; i++) {
 		unsigned int len;
@@ -260,7 +260,7 @@ SHUNT_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 	struct iovec iov;
 
 	if (!s)
-		return shunt_libc.recv(fd, buf, len, flags);
+		return SHUNT_LIBC(recv)(fd, buf, len, flags);
 	if (!ubuf(s, &iov, buf, len))
 		return -1;
 	return do_recv(s, fd, &iov, 1, flags);
@@ -275,7 +275,7 @@ SHUNT_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, __SOCKAD
 	int have;
 
 	if (!s)
-		return shunt_libc.recvfrom(fd, buf, len, flags, addr.__sockaddr__, alen);
+		return SHUNT_LIBC(recvfrom)(fd, buf, len, flags, addr.__sockaddr__, alen);
 	if (!ubuf(s, &iov, buf, len))
 		return -1;
 	r = do_recv(s, fd, &iov, 1, flags);
@@ -307,7 +307,7 @@ SHUNT_EXPORT ssize_t read(int fd, void *buf, size_t len)
 	struct iovec iov;
 
 	if (!s)
-		return shunt_libc.read(fd, buf, len);
+		return SHUNT_LIBC(read)(fd, buf, len);
 	if (!ubuf(s, &iov, buf, len))
 		return -1;
 	return do_recv(s, fd, &iov, 1, 0);
@@ -318,7 +318,7 @@ SHUNT_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 	struct shunt_sock *s = stream_of(fd);
 
 	if (!s)
-		return shunt_libc.readv(fd, iov, cnt);
+		return SHUNT_LIBC(readv)(fd, iov, cnt);
 	return do_vec(s, fd, iov, cnt, false);
 }
 
@@ -329,7 +329,7 @@ SHUNT_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	ssize_t r;
 
 	if (!s) {
-		r = shunt_libc.recvmsg(fd, msg, flags);
+		r = SHUNT_LIBC(recvmsg)(fd, msg, flags);
 		/*
 		 * Received descriptors (SCM_RIGHTS): stale entries forgotten,
 		 * those past the limit cut (fdlimit.c), a listening socket among
@@ -419,7 +419,7 @@ SHUNT_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int n, int flags
 	ssize_t r;
 
 	if (!s) {
-		int got = shunt_libc.recvmmsg(fd, vec, n, flags, timeout);
+		int got = SHUNT_LIBC(recvmmsg)(fd, vec, n, flags, timeout);
 
 		for (int k = 0; k < got && !shunt_dormant(); k++)
 			if (vec[k].msg_hdr.msg_controllen) {
@@ -475,12 +475,12 @@ static ssize_t do_sendfile(int out_fd, int in_fd, off_t *offset, size_t count,
 
 SHUNT_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 {
-	return do_sendfile(out_fd, in_fd, offset, count, shunt_libc.sendfile);
+	return do_sendfile(out_fd, in_fd, offset, count, SHUNT_LIBC(sendfile));
 }
 
 SHUNT_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off_t *offset, size_t count)
 {
-	return do_sendfile(out_fd, in_fd, offset, count, shunt_libc.sendfile64);
+	return do_sendfile(out_fd, in_fd, offset, count, SHUNT_LIBC(sendfile64));
 }
 
 SHUNT_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
@@ -491,7 +491,7 @@ SHUNT_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_o
 	ssize_t r;
 
 	if (!in && !out)
-		return shunt_libc.splice(fd_in, off_in, fd_out, off_out, len, flags);
+		return SHUNT_LIBC(splice)(fd_in, off_in, fd_out, off_out, len, flags);
 	r = shunt_op_splice(in, fd_in, off_in, out, fd_out, off_out, len, flags);
 	if (in)
 		shunt_sock_put(in);

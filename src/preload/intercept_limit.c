@@ -31,10 +31,10 @@ SHUNT_EXPORT int getrlimit(__rlimit_resource_t res, struct rlimit *rl)
 	int saved = errno;
 
 	if (shunt_dormant())
-		return shunt_libc.getrlimit(res, rl);
+		return SHUNT_LIBC(getrlimit)(res, rl);
 	shunt_ensure_init();
 	if (res != RLIMIT_NOFILE)
-		return shunt_libc.getrlimit(res, rl);
+		return SHUNT_LIBC(getrlimit)(res, rl);
 	return (int)shunt_ret(shunt_fdlimit_get(rl), saved);
 }
 
@@ -43,10 +43,10 @@ SHUNT_EXPORT int setrlimit(__rlimit_resource_t res, const struct rlimit *rl)
 	int saved = errno;
 
 	if (shunt_dormant())
-		return shunt_libc.setrlimit(res, rl);
+		return SHUNT_LIBC(setrlimit)(res, rl);
 	shunt_ensure_init();
 	if (res != RLIMIT_NOFILE)
-		return shunt_libc.setrlimit(res, rl);
+		return SHUNT_LIBC(setrlimit)(res, rl);
 	return (int)shunt_ret(shunt_fdlimit_set(rl), saved);
 }
 
@@ -56,10 +56,10 @@ SHUNT_EXPORT int prlimit(pid_t pid, __rlimit_resource_t res, const struct rlimit
 	int saved = errno;
 
 	if (shunt_dormant())
-		return shunt_libc.prlimit(pid, res, new, old);
+		return SHUNT_LIBC(prlimit)(pid, res, new, old);
 	shunt_ensure_init();
 	if (res != RLIMIT_NOFILE || !shunt_fdlimit_is_self(pid))
-		return shunt_libc.prlimit(pid, res, new, old);
+		return SHUNT_LIBC(prlimit)(pid, res, new, old);
 	return (int)shunt_ret(shunt_fdlimit_prlimit(new, old), saved);
 }
 
@@ -82,18 +82,18 @@ SHUNT_EXPORT int prlimit64(pid_t pid, __rlimit_resource_t res, const struct rlim
 SHUNT_EXPORT long sysconf(int name)
 {
 	if (shunt_dormant())
-		return shunt_libc.sysconf(name);
+		return SHUNT_LIBC(sysconf)(name);
 	shunt_ensure_init();
 	if (name == _SC_OPEN_MAX)
 		return shunt_fdlimit_open_max();
-	return shunt_libc.sysconf(name);
+	return SHUNT_LIBC(sysconf)(name);
 }
 
 SHUNT_EXPORT int getdtablesize(void)
 {
 	/* glibc's is the soft limit too. */
 	if (shunt_dormant())
-		return (int)shunt_libc.sysconf(_SC_OPEN_MAX);
+		return (int)SHUNT_LIBC(sysconf)(_SC_OPEN_MAX);
 	shunt_ensure_init();
 	return (int)shunt_fdlimit_open_max();
 }

@@ -77,7 +77,7 @@ static pid_t dormant_fork(pid_t (*fn)(void))
 SHUNT_EXPORT pid_t fork(void)
 {
 	if (shunt_dormant_enter())
-		return dormant_fork(shunt_libc.fork);
+		return dormant_fork(SHUNT_LIBC(fork));
 	shunt_ensure_init();
 	return shunt_op_fork();
 }
@@ -90,7 +90,7 @@ SHUNT_EXPORT pid_t fork(void)
 SHUNT_EXPORT pid_t vfork(void)
 {
 	if (shunt_dormant_enter())
-		return dormant_fork(shunt_libc.fork);
+		return dormant_fork(SHUNT_LIBC(fork));
 	shunt_ensure_init();
 	return shunt_op_fork();
 }
@@ -100,8 +100,8 @@ SHUNT_EXPORT pid_t _Fork(void)
 {
 	int saved = errno;
 
-	if (shunt_libc._Fork && shunt_dormant_enter())
-		return dormant_fork(shunt_libc._Fork);
+	if (SHUNT_LIBC(_Fork) && shunt_dormant_enter())
+		return dormant_fork(SHUNT_LIBC(_Fork));
 	shunt_ensure_init();
 	return (pid_t)shunt_ret(shunt_op_fork_bare(), saved);
 }
@@ -189,7 +189,7 @@ SHUNT_EXPORT int execve(const char *path, char *const argv[], char *const envp[]
 {
 	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = envp };
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.execve(path, argv, shunt_exec_env(&undo, envp));
+	int r = SHUNT_LIBC(execve)(path, argv, shunt_exec_env(&undo, envp));
 
 	shunt_exec_failed(undo);
 	return r;
@@ -200,7 +200,7 @@ SHUNT_EXPORT int execv(const char *path, char *const argv[])
 	struct shunt_exec_target t = { .path = path, .dirfd = AT_FDCWD, .envp = environ };
 	struct shunt_exec_undo undo = exec_begin(&t);
 	/* With a ticket's mark, the environment is no longer environ. */
-	int r = undo.envp ? shunt_libc.execve(path, argv, undo.envp) : shunt_libc.execv(path, argv);
+	int r = undo.envp ? SHUNT_LIBC(execve)(path, argv, undo.envp) : SHUNT_LIBC(execv)(path, argv);
 
 	shunt_exec_failed(undo);
 	return r;
@@ -211,8 +211,8 @@ SHUNT_EXPORT int execvp(const char *file, char *const argv[])
 	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
 				       .envp = environ };
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = undo.envp ? shunt_libc.execvpe(file, argv, undo.envp)
-			  : shunt_libc.execvp(file, argv);
+	int r = undo.envp ? SHUNT_LIBC(execvpe)(file, argv, undo.envp)
+			  : SHUNT_LIBC(execvp)(file, argv);
 
 	shunt_exec_failed(undo);
 	return r;
@@ -223,7 +223,7 @@ SHUNT_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[
 	struct shunt_exec_target t = { .path = file, .search = true, .dirfd = AT_FDCWD,
 				       .envp = envp };
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.execvpe(file, argv, shunt_exec_env(&undo, envp));
+	int r = SHUNT_LIBC(execvpe)(file, argv, shunt_exec_env(&undo, envp));
 
 	shunt_exec_failed(undo);
 	return r;
@@ -234,7 +234,7 @@ SHUNT_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	struct shunt_exec_target t = { .path = "", .dirfd = fd, .at_flags = AT_EMPTY_PATH,
 				       .envp = envp };
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.fexecve(fd, argv, shunt_exec_env(&undo, envp));
+	int r = SHUNT_LIBC(fexecve)(fd, argv, shunt_exec_env(&undo, envp));
 
 	shunt_exec_failed(undo);
 	return r;
@@ -246,12 +246,12 @@ SHUNT_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char 
 	struct shunt_exec_target t = { .path = path, .dirfd = dirfd, .at_flags = flags,
 				       .envp = envp };
 
-	if (!shunt_libc.execveat) {
+	if (!SHUNT_LIBC(execveat)) {
 		errno = ENOSYS;
 		return -1;
 	}
 	struct shunt_exec_undo undo = exec_begin(&t);
-	int r = shunt_libc.execveat(dirfd, path, argv, shunt_exec_env(&undo, envp), flags);
+	int r = SHUNT_LIBC(execveat)(dirfd, path, argv, shunt_exec_env(&undo, envp), flags);
 
 	shunt_exec_failed(undo);
 	return r;
@@ -349,7 +349,7 @@ SHUNT_EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa
 {
 	/* Noted dormant too: the number may be a socket of ours by the spawn. */
 	shunt_handoff_note_dup2(fd);
-	return shunt_libc.posix_spawn_file_actions_adddup2(fa, fd, newfd);
+	return SHUNT_LIBC(posix_spawn_file_actions_adddup2)(fa, fd, newfd);
 }
 
 /*
@@ -365,7 +365,7 @@ SHUNT_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_fil
 				       .spawn = true };
 	struct shunt_exec_undo undo = exec_begin(&t);
 	pid_t child = -1;
-	int r = shunt_libc.posix_spawn(&child, path, fa, attr, argv, shunt_exec_env(&undo, envp));
+	int r = SHUNT_LIBC(posix_spawn)(&child, path, fa, attr, argv, shunt_exec_env(&undo, envp));
 
 	if (r == 0 && pid)
 		*pid = child;
@@ -381,7 +381,7 @@ SHUNT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_fi
 				       .envp = envp, .spawn = true };
 	struct shunt_exec_undo undo = exec_begin(&t);
 	pid_t child = -1;
-	int r = shunt_libc.posix_spawnp(&child, file, fa, attr, argv,
+	int r = SHUNT_LIBC(posix_spawnp)(&child, file, fa, attr, argv,
 					shunt_exec_env(&undo, envp));
 
 	if (r == 0 && pid)
@@ -394,18 +394,18 @@ SHUNT_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_fi
 SHUNT_EXPORT int system(const char *command)
 {
 	if (shunt_dormant())
-		return shunt_libc.system(command);
+		return SHUNT_LIBC(system)(command);
 	shunt_ensure_init();
 	if (command)
 		shunt_handoff_exec();
-	return shunt_libc.system(command);
+	return SHUNT_LIBC(system)(command);
 }
 
 SHUNT_EXPORT FILE *popen(const char *command, const char *type)
 {
 	if (shunt_dormant())
-		return shunt_libc.popen(command, type);
+		return SHUNT_LIBC(popen)(command, type);
 	shunt_ensure_init();
 	shunt_handoff_exec();
-	return shunt_libc.popen(command, type);
+	return SHUNT_LIBC(popen)(command, type);
 }

@@ -77,14 +77,14 @@ static int fault_sigaction(int sig, const struct sigaction *act, struct sigactio
 SHUNT_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *oact)
 {
 	if (dormant_enter(sig)) {
-		int r = shunt_libc.sigaction(sig, act, oact);
+		int r = SHUNT_LIBC(sigaction)(sig, act, oact);
 
 		dormant_leave(sig);
 		return r;
 	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
-		return shunt_libc.sigaction(sig, act, oact);
+		return SHUNT_LIBC(sigaction)(sig, act, oact);
 	return fault_sigaction(sig, act, oact);
 }
 
@@ -99,14 +99,14 @@ SHUNT_EXPORT __sighandler_t signal(int sig, __sighandler_t handler)
 	struct sigaction act, oact;
 
 	if (dormant_enter(sig)) {
-		__sighandler_t r = shunt_libc.signal(sig, handler);
+		__sighandler_t r = SHUNT_LIBC(signal)(sig, handler);
 
 		dormant_leave(sig);
 		return r;
 	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
-		return shunt_libc.signal(sig, handler);
+		return SHUNT_LIBC(signal)(sig, handler);
 	if (handler == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;
@@ -136,14 +136,14 @@ SHUNT_EXPORT __sighandler_t __sysv_signal(int sig, __sighandler_t handler)
 	struct sigaction act, oact;
 
 	if (dormant_enter(sig)) {
-		__sighandler_t r = shunt_libc.__sysv_signal(sig, handler);
+		__sighandler_t r = SHUNT_LIBC(__sysv_signal)(sig, handler);
 
 		dormant_leave(sig);
 		return r;
 	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
-		return shunt_libc.__sysv_signal(sig, handler);
+		return SHUNT_LIBC(__sysv_signal)(sig, handler);
 	if (handler == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;
@@ -168,14 +168,14 @@ SHUNT_EXPORT __sighandler_t sigset(int sig, __sighandler_t disp)
 	sigset_t set, oset;
 
 	if (dormant_enter(sig)) {
-		__sighandler_t r = shunt_libc.sigset(sig, disp);
+		__sighandler_t r = SHUNT_LIBC(sigset)(sig, disp);
 
 		dormant_leave(sig);
 		return r;
 	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
-		return shunt_libc.sigset(sig, disp);
+		return SHUNT_LIBC(sigset)(sig, disp);
 	sigemptyset(&set);
 	sigaddset(&set, sig);
 	if (disp == SIG_HOLD) {
@@ -201,14 +201,14 @@ SHUNT_EXPORT int sigignore(int sig)
 	struct sigaction act;
 
 	if (dormant_enter(sig)) {
-		int r = shunt_libc.sigignore(sig);
+		int r = SHUNT_LIBC(sigignore)(sig);
 
 		dormant_leave(sig);
 		return r;
 	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
-		return shunt_libc.sigignore(sig);
+		return SHUNT_LIBC(sigignore)(sig);
 	memset(&act, 0, sizeof(act));
 	act.sa_handler = SIG_IGN;
 	sigemptyset(&act.sa_mask);
@@ -220,14 +220,14 @@ SHUNT_EXPORT int siginterrupt(int sig, int interrupt)
 	struct sigaction action;
 
 	if (dormant_enter(sig)) {
-		int r = shunt_libc.siginterrupt(sig, interrupt);
+		int r = SHUNT_LIBC(siginterrupt)(sig, interrupt);
 
 		dormant_leave(sig);
 		return r;
 	}
 	shunt_ensure_init();
 	if (!shunt_fault_sig(sig))
-		return shunt_libc.siginterrupt(sig, interrupt);
+		return SHUNT_LIBC(siginterrupt)(sig, interrupt);
 	fault_sigaction(sig, NULL, &action);
 	if (interrupt) {
 		atomic_fetch_or(&sigintr, 1u << sig);

@@ -39,7 +39,7 @@ SHUNT_EXPORT int bind(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 	shunt_ensure_init();
 	s = shunt_fdt_get_checked(fd);
 	if (!s)
-		return shunt_libc.bind(fd, addr.__sockaddr__, len);
+		return SHUNT_LIBC(bind)(fd, addr.__sockaddr__, len);
 	r = shunt_op_bind(s, fd, addr.__sockaddr__, len);
 	shunt_sock_put(s);
 	return (int)shunt_ret(r, saved);
@@ -54,7 +54,7 @@ SHUNT_EXPORT int listen(int fd, int backlog)
 	shunt_ensure_init();
 	s = shunt_fdt_get_checked(fd);
 	if (!s)
-		return shunt_libc.listen(fd, backlog);
+		return SHUNT_LIBC(listen)(fd, backlog);
 	r = shunt_op_listen(s, fd, backlog);
 	shunt_sock_put(s);
 	return (int)shunt_ret(r, saved);
@@ -91,7 +91,7 @@ static int do_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 		return (int)shunt_ret(r, saved);
 	s = shunt_fdt_get_checked(fd);
 	if (!s) {
-		r = shunt_libc.accept4(fd, addr, len, flags);
+		r = SHUNT_LIBC(accept4)(fd, addr, len, flags);
 		if (r < 0)
 			return r;
 		r = shunt_fdlimit_admit(r) < 0 ? shunt_fdlimit_refuse(r) : r;
@@ -124,7 +124,7 @@ SHUNT_EXPORT int connect(int fd, __CONST_SOCKADDR_ARG addr, socklen_t len)
 	shunt_ensure_init();
 	s = shunt_fdt_get_checked(fd);
 	if (!s)
-		return shunt_libc.connect(fd, addr.__sockaddr__, len);
+		return SHUNT_LIBC(connect)(fd, addr.__sockaddr__, len);
 	r = shunt_op_connect(s, fd, addr.__sockaddr__, len);
 	shunt_sock_put(s);
 	return (int)shunt_ret(r, saved);
@@ -137,11 +137,11 @@ SHUNT_EXPORT int getsockname(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 	int r;
 
 	if (shunt_dormant())
-		return shunt_libc.getsockname(fd, addr.__sockaddr__, len);
+		return SHUNT_LIBC(getsockname)(fd, addr.__sockaddr__, len);
 	shunt_ensure_init();
 	s = shunt_fdt_get_checked(fd);
 	if (!s)
-		return shunt_libc.getsockname(fd, addr.__sockaddr__, len);
+		return SHUNT_LIBC(getsockname)(fd, addr.__sockaddr__, len);
 	r = shunt_op_getsockname(s, fd, addr.__sockaddr__, len);
 	shunt_sock_put(s);
 	return (int)shunt_ret(r, saved);
@@ -154,11 +154,11 @@ SHUNT_EXPORT int getpeername(int fd, __SOCKADDR_ARG addr, socklen_t *len)
 	int r;
 
 	if (shunt_dormant())
-		return shunt_libc.getpeername(fd, addr.__sockaddr__, len);
+		return SHUNT_LIBC(getpeername)(fd, addr.__sockaddr__, len);
 	shunt_ensure_init();
 	s = shunt_fdt_get_checked(fd);
 	if (!s)
-		return shunt_libc.getpeername(fd, addr.__sockaddr__, len);
+		return SHUNT_LIBC(getpeername)(fd, addr.__sockaddr__, len);
 	r = shunt_op_getpeername(s, fd, addr.__sockaddr__, len);
 	shunt_sock_put(s);
 	return (int)shunt_ret(r, saved);
@@ -171,11 +171,11 @@ SHUNT_EXPORT int setsockopt(int fd, int level, int name, const void *val, sockle
 	int r;
 
 	if (shunt_dormant())
-		return shunt_libc.setsockopt(fd, level, name, val, len);
+		return SHUNT_LIBC(setsockopt)(fd, level, name, val, len);
 	shunt_ensure_init();
 	s = shunt_fdt_get(fd);
 	if (!s)
-		return shunt_libc.setsockopt(fd, level, name, val, len);
+		return SHUNT_LIBC(setsockopt)(fd, level, name, val, len);
 	r = shunt_op_setsockopt(s, fd, level, name, val, len);
 	shunt_sock_put(s);
 	return (int)shunt_ret(r, saved);
@@ -188,11 +188,11 @@ SHUNT_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *l
 	int r;
 
 	if (shunt_dormant())
-		return shunt_libc.getsockopt(fd, level, name, val, len);
+		return SHUNT_LIBC(getsockopt)(fd, level, name, val, len);
 	shunt_ensure_init();
 	s = shunt_fdt_get(fd);
 	if (!s)
-		return shunt_libc.getsockopt(fd, level, name, val, len);
+		return SHUNT_LIBC(getsockopt)(fd, level, name, val, len);
 	r = shunt_op_getsockopt(s, fd, level, name, val, len);
 	shunt_sock_put(s);
 	return (int)shunt_ret(r, saved);
@@ -205,11 +205,11 @@ SHUNT_EXPORT int shutdown(int fd, int how)
 	int r;
 
 	if (shunt_dormant())
-		return shunt_libc.shutdown(fd, how);
+		return SHUNT_LIBC(shutdown)(fd, how);
 	shunt_ensure_init();
 	s = shunt_fdt_get_checked(fd);
 	if (!s)
-		return shunt_libc.shutdown(fd, how);
+		return SHUNT_LIBC(shutdown)(fd, how);
 	r = shunt_op_shutdown(s, fd, how);
 	shunt_sock_put(s);
 	return (int)shunt_ret(r, saved);

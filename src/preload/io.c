@@ -102,7 +102,7 @@ static ssize_t kernel_rest(int fd, const struct iovec *iov, int iovcnt, int flag
 	ssize_t r;
 
 	mh.msg_iovlen = (size_t)iov_skip(iov, iovcnt, done, rest);
-	r = send ? shunt_libc.sendmsg(fd, &mh, flags) : shunt_libc.recvmsg(fd, &mh, flags);
+	r = send ? SHUNT_LIBC(sendmsg)(fd, &mh, flags) : SHUNT_LIBC(recvmsg)(fd, &mh, flags);
 	if (r < 0)
 		return done ? (ssize_t)done : -errno;
 	return (ssize_t)done + r;
@@ -148,7 +148,7 @@ static int64_t opt_timeo(struct shunt_sock *s, int fd, bool rcv)
 
 	if (v == atomic_load(known))
 		return v;
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, rcv ? SO_RCVTIMEO_OLD : SO_SNDTIMEO_OLD, &tv,
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, rcv ? SO_RCVTIMEO_OLD : SO_SNDTIMEO_OLD, &tv,
 				  &len) < 0)
 		return atomic_load(known);
 	/* Saturated: a deadline that far away is none (shunt_deadline). */
@@ -168,7 +168,7 @@ static int opt_rcvlowat(struct shunt_sock *s, int fd)
 
 	if (v == atomic_load(&s->rcvlowat))
 		return v;
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &len) < 0)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &len) < 0)
 		return atomic_load(&s->rcvlowat);
 	v = v > 0 ? v : 1;
 	atomic_store(&s->rcvlowat, v);

@@ -6,13 +6,10 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
-#include "common/once.h"
 #include "common/sys.h"
 #include "preload/libc.h"
 
 struct shunt_libc shunt_libc;
-
-struct shunt_once shunt_libc_once = SHUNT_ONCE_INIT;
 
 static void die_missing(const char *name)
 {
@@ -34,23 +31,13 @@ static int optional(const char *name)
 	       !strcmp(name, "memfd_create") || !strcmp(name, "_Fork");
 }
 
-#define SHUNT_LIBC_ENTRY(ret, name, args) { #name, (void **)&shunt_libc.name },
-static const struct {
-	const char *name;
-	void **slot;
-} symbols[] = { SHUNT_LIBC_FUNCTIONS(SHUNT_LIBC_ENTRY) };
-#undef SHUNT_LIBC_ENTRY
-
-static void resolve(void)
+void *shunt_libc_find(void **slot, const char *name)
 {
-	for (size_t i = 0; i < sizeof(symbols) / sizeof(symbols[0]); i++) {
-		*symbols[i].slot = dlsym(RTLD_NEXT, symbols[i].name);
-		if (!*symbols[i].slot && !optional(symbols[i].name))
-			die_missing(symbols[i].name);
-	}
-}
+	void *p = dlsym(RTLD_NEXT, name);
 
-void shunt_libc_resolve_once(void)
-{
-	shunt_once(&shunt_libc_once, resolve);
+	if (!p && !optional(name))
+		die_missing(name);
+	/* Threads that race here find the same address. */
+	__atomic_store_n(slot, p, __ATOMIC_RELEASE);
+	return p;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The C library's own versions of every function libshunt interposes,
- * resolved once with dlsym(RTLD_NEXT). Calls that are not ours go there
- * untouched; the library's internal plumbing uses raw system calls instead.
+ * each found with dlsym(RTLD_NEXT) when first called (SHUNT_LIBC). Calls
+ * that are not ours go there untouched; the library's internal plumbing
+ * uses raw system calls instead.
  */
 #ifndef SHUNT_PRELOAD_LIBC_H
 #define SHUNT_PRELOAD_LIBC_H
@@ -21,8 +22,6 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <time.h>
-
-#include "common/once.h"
 
 #define SHUNT_LIBC_FUNCTIONS(X) \
 	X(int, socket, (int, int, int)) \
@@ -141,23 +140,27 @@ struct shunt_libc {
 };
 #undef SHUNT_LIBC_POINTER
 
-/* Filled in by shunt_libc_resolve(); read-only afterwards. */
+/* Each slot filled in by its first SHUNT_LIBC; never changed afterwards. */
 extern struct shunt_libc shunt_libc;
 
 /*
- * Resolve every symbol once (shunt_once), aborting with a message naming
- * the symbol if one is missing: a half-resolved table would turn a call of
- * the application into a jump to NULL. Cheap after the first call (one
- * load and a branch, inline).
+ * The C library's @name, found on first use rather than all 107 at start:
+ * dlsym costs about 0.3 µs a symbol, 30 µs for the table, which a process
+ * that calls a few of them (most never make a socket: init.c) need not
+ * pay. A symbol missing from the C library aborts the process at its first
+ * use with a message naming it (a jump to NULL otherwise); an optional one
+ * (optional() in libc.c: newer than some glibc) is NULL, and callers check.
  */
-void shunt_libc_resolve_once(void);
-extern struct shunt_once shunt_libc_once;
+#define SHUNT_LIBC(name) \
+	((__typeof__(shunt_libc.name))shunt_libc_get((void **)&shunt_libc.name, #name))
 
-static inline void shunt_libc_resolve(void)
+void *shunt_libc_find(void **slot, const char *name);
+
+static inline void *shunt_libc_get(void **slot, const char *name)
 {
-	if (__builtin_expect(atomic_load_explicit(&shunt_libc_once.state, memory_order_acquire) !=
-			     SHUNT_ONCE_DONE, 0))
-		shunt_libc_resolve_once();
+	void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+
+	return __builtin_expect(p != NULL, 1) ? p : shunt_libc_find(slot, name);
 }
 
 #endif

@@ -54,7 +54,7 @@ static int64_t timeout_us(int fd, int name, const void *val)
 	}
 	if (sec < 0)
 		return -1;
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, rcv ? SO_RCVTIMEO_OLD : SO_SNDTIMEO_OLD, &tv,
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, rcv ? SO_RCVTIMEO_OLD : SO_SNDTIMEO_OLD, &tv,
 				  &len) < 0)
 		return 0;
 	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
@@ -66,7 +66,7 @@ static uint32_t buf_size(int fd, int name)
 	int v = 0;
 	socklen_t len = sizeof(v);
 
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, name, &v, &len) < 0 || v <= 0)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, name, &v, &len) < 0 || v <= 0)
 		return 0;
 	return (uint32_t)v;
 }
@@ -246,7 +246,7 @@ static int tcp_opt(int fd, int name)
 	int v = -1;
 	socklen_t len = sizeof(v);
 
-	if (shunt_libc.getsockopt(fd, IPPROTO_TCP, name, &v, &len) < 0)
+	if (SHUNT_LIBC(getsockopt)(fd, IPPROTO_TCP, name, &v, &len) < 0)
 		return -1;
 	return v;
 }
@@ -402,13 +402,13 @@ void shunt_opts_copy(const struct shunt_sock *s, int from, int to)
 		socklen_t len = sizeof(val);
 
 		if (!(s->inherit & (1u << i)) ||
-		    shunt_libc.getsockopt(from, inherited[i].level, inherited[i].name, val, &len) < 0)
+		    SHUNT_LIBC(getsockopt)(from, inherited[i].level, inherited[i].name, val, &len) < 0)
 			continue;
 		/* Buffer sizes read back doubled; setting half gives the same value. */
 		if (inherited[i].level == SOL_SOCKET &&
 		    (inherited[i].name == SO_RCVBUF || inherited[i].name == SO_SNDBUF))
 			*(int *)val /= 2;
-		shunt_libc.setsockopt(to, inherited[i].level, inherited[i].name, val, len);
+		SHUNT_LIBC(setsockopt)(to, inherited[i].level, inherited[i].name, val, len);
 	}
 }
 
@@ -434,7 +434,7 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 	/* One tied to binding (IPV6_V6ONLY, SO_REUSEPORT...) needs the fresh half it expects. */
 	if (i < 0 && (r = shunt_recycle_fresh(s, fd)) < 0)
 		return r;
-	if (shunt_libc.setsockopt(fd, level, name, val, len) < 0)
+	if (SHUNT_LIBC(setsockopt)(fd, level, name, val, len) < 0)
 		return -errno;
 	if (i >= 0)
 		atomic_fetch_or(&s->inherit, 1u << i);
@@ -468,7 +468,7 @@ int shunt_op_setsockopt(struct shunt_sock *s, int fd, int level, int name, const
 		int v = 1;
 		socklen_t l = sizeof(v);
 
-		shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &l);
+		SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &l);
 		set_rcvlowat(s, v > 0 ? v : 1);
 		break;
 	}
@@ -523,7 +523,7 @@ int shunt_op_getsockopt(struct shunt_sock *s, int fd, int level, int name, void 
 		if (err || circuit)
 			return put_int(err, val, len, have);
 	}
-	if (shunt_libc.getsockopt(fd, level, name, val, len) < 0)
+	if (SHUNT_LIBC(getsockopt)(fd, level, name, val, len) < 0)
 		return -errno;
 	/*
 	 * SK_FORCE_REUSE, which no program can set: the kernel half is (or
@@ -555,7 +555,7 @@ int shunt_op_fcntl(struct shunt_sock *s, int fd, int cmd, void *arg)
 	/* A second descriptor, an owner, a signal: on the half socket() would have made. */
 	if (!plain_fcntl(cmd, arg) && (r = shunt_recycle_fresh(s, fd)) < 0)
 		return r;
-	r = shunt_libc.fcntl(fd, cmd, arg);
+	r = SHUNT_LIBC(fcntl)(fd, cmd, arg);
 	if (r < 0)
 		return -errno;
 	if (cmd == F_SETFL)
@@ -601,7 +601,7 @@ kernel:
 			return r;
 		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 	}
-	if (shunt_libc.ioctl(fd, req, arg) < 0)
+	if (SHUNT_LIBC(ioctl)(fd, req, arg) < 0)
 		return -errno;
 	if (req == FIONBIO && !shunt_get_user(&v, arg, sizeof(v)))
 		set_nonblock(s, v != 0);

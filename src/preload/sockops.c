@@ -82,7 +82,7 @@ int shunt_op_socket(int domain, int type, int protocol)
 					&s->port_past)
 	       : -1;
 	if (fd < 0)
-		fd = shunt_libc.socket(domain, type, protocol);
+		fd = SHUNT_LIBC(socket)(domain, type, protocol);
 	if (fd < 0) {
 		int e = errno;
 
@@ -122,7 +122,7 @@ int shunt_op_bind(struct shunt_sock *s, int fd, const struct sockaddr *addr, soc
 	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	/* Bound by the program: the port is its own, never a spare's. */
 	atomic_store_explicit(&s->spare, false, memory_order_relaxed);
-	return (int)libc_ret(shunt_libc.bind(fd, addr, len));
+	return (int)libc_ret(SHUNT_LIBC(bind)(fd, addr, len));
 }
 
 int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
@@ -143,7 +143,7 @@ int shunt_op_listen(struct shunt_sock *s, int fd, int backlog)
 	/* listen() binds an unbound socket to a port of its own. */
 	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	atomic_store_explicit(&s->spare, false, memory_order_relaxed);
-	r = (int)libc_ret(shunt_libc.listen(fd, backlog));
+	r = (int)libc_ret(SHUNT_LIBC(listen)(fd, backlog));
 	if (r < 0)
 		goto out;
 	/* Bound by now (listen() binds an unbound socket): the first accept asks where. */
@@ -190,7 +190,7 @@ void shunt_sock_listener_refresh(struct shunt_sock *s, int fd)
 static int kernel_connect(struct shunt_sock *s, int fd, const struct sockaddr *addr,
 			  socklen_t len)
 {
-	int r = (int)libc_ret(shunt_libc.connect(fd, addr, len));
+	int r = (int)libc_ret(SHUNT_LIBC(connect)(fd, addr, len));
 
 	if (r == 0 || r == -EINPROGRESS) {
 		/* Its epoll registrations become the kernel's before we forget it. */
@@ -254,8 +254,8 @@ static bool kernel_took_over(struct shunt_sock *s)
 		if (!is_fd_of((int)fd, s))
 			continue;
 		/* Out of repair, and connected now or before (a socket without companion never is). */
-		return shunt_libc.getsockopt((int)fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 &&
-		       repair == 0 && shunt_tcpinfo_carried((int)fd, shunt_libc.getsockopt);
+		return SHUNT_LIBC(getsockopt)((int)fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 &&
+		       repair == 0 && shunt_tcpinfo_carried((int)fd, SHUNT_LIBC(getsockopt));
 	}
 	return false;
 }
@@ -289,17 +289,17 @@ static void restore_half(struct shunt_sock *s, int fd, bool shut)
 		fd = fd_of(s);
 	if (fd < 0)
 		return;
-	if (shunt_libc.getsockopt(fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 && repair) {
+	if (SHUNT_LIBC(getsockopt)(fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 && repair) {
 		int r = shunt_ctl_unrepair(fd);
 
 		if (r < 0)
 			shunt_warn("fd %d stays a frozen companion after its circuit ended: %s", fd,
 				   strerror(-r));
 		if (atomic_load(&s->reuseaddr))
-			shunt_libc.setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+			SHUNT_LIBC(setsockopt)(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	}
 	if (shut)
-		shunt_libc.shutdown(fd, SHUT_RDWR);	/* ENOTCONN, having set sk_shutdown */
+		SHUNT_LIBC(shutdown)(fd, SHUT_RDWR);	/* ENOTCONN, having set sk_shutdown */
 }
 
 /*
@@ -311,7 +311,7 @@ static void clear_shut(int fd)
 {
 	struct sockaddr unspec = { .sa_family = AF_UNSPEC };
 
-	shunt_libc.connect(fd, &unspec, sizeof(unspec));
+	SHUNT_LIBC(connect)(fd, &unspec, sizeof(unspec));
 }
 
 int shunt_sock_sync(struct shunt_sock *s)
@@ -403,7 +403,7 @@ static int disconnect_locked(struct shunt_sock *s, int fd, const struct sockaddr
 			     socklen_t len)
 {
 	/* A companion kernel half is ESTABLISHED too: it goes back to unconnected. */
-	shunt_libc.connect(fd, addr, len);
+	SHUNT_LIBC(connect)(fd, addr, len);
 	shunt_sock_retire_conn(s, true);
 	s->connect_report = SHUNT_CONNECT_NONE;
 	atomic_store(&s->so_error, ECONNRESET);
@@ -691,7 +691,7 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *uaddr,
 	case CONNECT_KERNEL:
 		return kernel_connect(s, fd, addr, len);
 	case CONNECT_LIBC:
-		return (int)libc_ret(shunt_libc.connect(fd, addr, len));
+		return (int)libc_ret(SHUNT_LIBC(connect)(fd, addr, len));
 	case CONNECT_DONE:
 		break;
 	}
@@ -715,13 +715,13 @@ static int accepted_fd(struct shunt_sock *s, struct shunt_grant *g, int flags, b
 		fd = shunt_spare_take(s->domain, flags, s->inherit, ident);
 		if (fd >= 0)
 			return fd;
-		fd = shunt_libc.socket(s->domain, SOCK_STREAM | flags, IPPROTO_TCP);
+		fd = SHUNT_LIBC(socket)(s->domain, SOCK_STREAM | flags, IPPROTO_TCP);
 		return fd < 0 ? -errno : fd;
 	}
 	if (!(flags & SOCK_CLOEXEC))
-		shunt_libc.fcntl(fd, F_SETFD, 0);
+		SHUNT_LIBC(fcntl)(fd, F_SETFD, 0);
 	if (flags & SOCK_NONBLOCK)
-		shunt_libc.fcntl(fd, F_SETFL, O_RDWR | O_NONBLOCK);
+		SHUNT_LIBC(fcntl)(fd, F_SETFL, O_RDWR | O_NONBLOCK);
 	return fd;
 }
 
@@ -752,7 +752,7 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 	if (!ns) {
 		shunt_conn_close(conn, true);
 		if (nfd >= 0)
-			shunt_libc.close(nfd);
+			SHUNT_LIBC(close)(nfd);
 		return nfd < 0 ? nfd : -ENOMEM;
 	}
 	atomic_store_explicit(&ns->f.ident, ident, memory_order_relaxed);
@@ -790,7 +790,7 @@ static int listener_addr(struct shunt_sock *s, int fd, struct shunt_wire_addr *o
 
 	pthread_mutex_lock(&s->lock);
 	if (!s->laddr_known) {
-		if (shunt_libc.getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+		if (SHUNT_LIBC(getsockname)(fd, (struct sockaddr *)&ss, &len) < 0 ||
 		    shunt_addr_to_wire((struct sockaddr *)&ss, len, &s->laddr) < 0)
 			r = -EAGAIN;
 		else
@@ -979,7 +979,7 @@ static int accept_circuit(struct shunt_sock *s, int fd, struct sockaddr *addr, s
 
 static int kernel_accept(int fd, struct sockaddr *addr, socklen_t *alen, int flags)
 {
-	int r = shunt_libc.accept4(fd, addr, alen, flags);
+	int r = SHUNT_LIBC(accept4)(fd, addr, alen, flags);
 
 	if (r < 0)
 		return -errno;
@@ -1028,7 +1028,7 @@ static int64_t timeout_of(int fd)
 	struct timeval tv;
 	socklen_t len = sizeof(tv);
 
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) < 0)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) < 0)
 		return 0;
 	return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 }
@@ -1178,7 +1178,7 @@ int shunt_op_getsockname(struct shunt_sock *s, int fd, struct sockaddr *addr, so
 		return shunt_copy_addr(&s->conn->local, addr, len);
 	if (atomic_load_explicit(&s->recycled, memory_order_acquire))
 		return shunt_recycle_getsockname(s, addr, len);
-	return (int)libc_ret(shunt_libc.getsockname(fd, addr, len));
+	return (int)libc_ret(SHUNT_LIBC(getsockname)(fd, addr, len));
 }
 
 int shunt_op_getpeername(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen_t *len)
@@ -1189,7 +1189,7 @@ int shunt_op_getpeername(struct shunt_sock *s, int fd, struct sockaddr *addr, so
 		return shunt_copy_addr(&s->conn->remote, addr, len);
 	if (st == SHUNT_SOCK_CONNECTED || st == SHUNT_SOCK_CONNECTING)
 		return -ENOTCONN;
-	return (int)libc_ret(shunt_libc.getpeername(fd, addr, len));
+	return (int)libc_ret(SHUNT_LIBC(getpeername)(fd, addr, len));
 }
 
 /* The socket no longer listens: unregister, and it is a fresh socket again. */
@@ -1249,7 +1249,7 @@ int shunt_op_shutdown(struct shunt_sock *s, int fd, int how)
 	}
 	if (st == SHUNT_SOCK_CONNECTING)
 		return shutdown_connecting(s, fd, how);
-	r = (int)libc_ret(shunt_libc.shutdown(fd, how));
+	r = (int)libc_ret(SHUNT_LIBC(shutdown)(fd, how));
 	/* A listener shut down for reading stops listening: so does its registration. */
 	if (r == 0 && st == SHUNT_SOCK_LISTENING && how != SHUT_WR)
 		forget_listener(s);
@@ -1265,13 +1265,13 @@ int shunt_op_close(int fd)
 	if (shunt_fdt_is_hidden(fd) || shunt_fdlimit_reserved(fd))
 		return -EBADF;
 	if (!shunt_fdt_is_ours(fd))
-		return (int)libc_ret(shunt_libc.close(fd));
+		return (int)libc_ret(SHUNT_LIBC(close)(fd));
 	/* Out of the table first, so a new descriptor with this number starts clean. */
 	shunt_fork_enter();
 	f = shunt_fdt_take(fd);
 	if (f && f->kind == SHUNT_FILE_SOCK)
 		shunt_spare_keep((struct shunt_sock *)f, fd);
-	r = (int)libc_ret(shunt_libc.close(fd));
+	r = (int)libc_ret(SHUNT_LIBC(close)(fd));
 	if (f)
 		shunt_file_put(f);
 	shunt_fork_leave();
@@ -1370,19 +1370,19 @@ void shunt_op_adopt_listener(int fd)
 	    shunt_sandbox_forbids_circuits() ||
 	    fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return;
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
 	    (domain != AF_INET && domain != AF_INET6))
 		return;
 	len = sizeof(int);
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM)
 		return;
 	len = sizeof(int);
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) < 0 ||
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) < 0 ||
 	    proto != IPPROTO_TCP)
 		return;
 	len = sizeof(int);
 	/* Connections stay the kernel's: one that moved off its circuit belongs there. */
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
 	    !listening)
 		return;
 	fl = shunt_syscall(SYS_fcntl, fd, F_GETFL);
@@ -1392,7 +1392,7 @@ void shunt_op_adopt_listener(int fd)
 	atomic_store(&s->rcvtimeo_us, timeout_of(fd));
 	/* What its connections inherit (a listener is never in repair mode). */
 	len = sizeof(int);
-	if (shunt_libc.getsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &len) == 0)
+	if (SHUNT_LIBC(getsockopt)(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &len) == 0)
 		atomic_store(&s->reuseaddr, reuse == 1);
 	atomic_store_explicit(&s->state, SHUNT_SOCK_LISTENING, memory_order_release);
 	shunt_fork_enter();

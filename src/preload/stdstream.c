@@ -137,9 +137,9 @@ FILE *shunt_stdio_fdopen(int fd, const char *mode)
 SHUNT_EXPORT FILE *fdopen(int fd, const char *mode)
 {
 	if (shunt_dormant())
-		return shunt_libc.fdopen(fd, mode);
+		return SHUNT_LIBC(fdopen)(fd, mode);
 	shunt_ensure_init();
 	if (!shunt_fdt_is_ours(fd))
-		return shunt_libc.fdopen(fd, mode);
+		return SHUNT_LIBC(fdopen)(fd, mode);
 	return shunt_stdio_fdopen(fd, mode);
 }
