@@ -8,10 +8,10 @@
  * The start is lazy: it costs a new process about 60 µs of CPU (the
  * seccomp check reads /proc/self/status, the descriptor table is sized,
  * the descriptors the process began with are looked at: docs/connect.md),
- * which most programs a shell or make runs never need. Until a call that can make or meet a socket
- * (socket, accept, connect, epoll, a SIGSEGV handler, a seccomp filter...)
- * the library is dormant (init.h) and every other call goes to the C
- * library as if it were not loaded. The one exception starts at once: a
+ * which most programs a shell or make runs never need. Until a call that
+ * can make or meet a socket (socket, accept, connect, epoll, a SIGSEGV
+ * handler, a seccomp filter...) the library is dormant (init.h) and every
+ * other call goes to the C library as if it were not loaded. The one exception starts at once: a
  * program exec'd with connections kept in shared memory for it (its
  * descriptors are ours from its first instruction), which the program
  * before the exec marks in the new image's environment (exec.c).
@@ -46,8 +46,11 @@ _Atomic bool shunt_ready;
 _Atomic bool shunt_start_begun;
 static struct shunt_once start_once = SHUNT_ONCE_INIT;
 static bool enabled;		/* written once by init */
-/* calls under way that began dormant (shunt_dormant_enter) */
+/* calls under way that began dormant (shunt_dormant_enter), and this thread's */
 static _Atomic unsigned dormant_calls;
+static __thread unsigned my_dormant_calls;
+/* this thread's fork found the library started: its handlers run */
+static __thread bool fork_started;
 
 bool shunt_enabled(void)
 {
@@ -77,38 +80,68 @@ bool shunt_dormant_enter(void)
 {
 	/* D1: with D2, either the start sees this call or this call sees the start. */
 	atomic_fetch_add(&dormant_calls, 1);
-	if (!atomic_load(&shunt_start_begun))
+	if (!atomic_load(&shunt_start_begun)) {
+		my_dormant_calls++;
 		return true;
+	}
 	atomic_fetch_sub(&dormant_calls, 1);
 	return false;
 }
 
 void shunt_dormant_leave(void)
 {
+	my_dormant_calls--;
 	atomic_fetch_sub(&dormant_calls, 1);
 }
 
 void shunt_dormant_fork_leave(pid_t r)
 {
-	if (r == 0)
-		atomic_store(&dormant_calls, 0);
-	else
+	if (r == 0) {
+		/* _Fork runs no fork handler: as fork_child below. */
+		my_dormant_calls--;
+		atomic_store(&dormant_calls, my_dormant_calls);
+	} else {
 		shunt_dormant_leave();
+	}
+}
+
+/*
+ * The library's fork handlers, registered before anything can fork and run
+ * only for a library started when the fork began: a start made inside a
+ * handler of the program's (its first socket) must not register them then,
+ * which would wait for the C library's fork lock, held by that very fork.
+ */
+static void fork_prepare(void)
+{
+	fork_started = atomic_load(&shunt_ready);
+	if (fork_started)
+		shunt_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+	if (fork_started)
+		shunt_fork_parent();
+}
+
+static void fork_child(void)
+{
+	/* Only this thread lives on: the dormant calls of others are not the child's. */
+	atomic_store(&dormant_calls, my_dormant_calls);
+	if (fork_started)
+		shunt_fork_child();
 }
 
 static void init(void)
 {
-	const char *off;
+	const char *off = getenv("SHUNT_DISABLE");
 	unsigned pid, fdsize;
-	bool filtered;
-
-	off = getenv("SHUNT_DISABLE");
 	/*
 	 * First of all: a process exec'd into a seccomp sandbox must not be
 	 * killed for a call of ours, so nothing else is asked of the kernel
 	 * before we know (getpid() included).
 	 */
-	filtered = shunt_seccomp_start(&pid, &fdsize);
+	bool filtered = shunt_seccomp_start(&pid, &fdsize);
 
 	shunt_pid = filtered ? pid : (uint32_t)getpid();
 	shunt_log_set_pid((int)shunt_pid);
@@ -130,7 +163,6 @@ static void init(void)
 	shunt_ctl_init();
 	shunt_spin_init();
 	shunt_stats_init();
-	pthread_atfork(shunt_fork_prepare, shunt_fork_parent, shunt_fork_child);
 	atomic_store_explicit(&shunt_ready, true, memory_order_release);
 	/*
 	 * Connections the program before an exec kept in shared memory for us
@@ -149,16 +181,18 @@ static void init(void)
 }
 
 /*
- * Begun before it runs, and after the calls that began dormant and must
- * not overlap it (init.h): a fork that copied a start half done would leave
- * its child waiting forever (once.h). Spun, not slept: the seccomp check
- * has not been made.
+ * Begun before it runs, and after the calls other threads began dormant and
+ * must not overlap it (init.h): a fork that copied a start half done would
+ * leave its child waiting forever (once.h). This thread's own (a handler of
+ * the program's that a fork runs) cannot end first, and need not: the
+ * start is done before that fork goes on. Spun, not slept: the seccomp
+ * check has not been made.
  */
 void shunt_init(void)
 {
 	/* D2: pairs with D1. */
 	atomic_store(&shunt_start_begun, true);
-	while (atomic_load(&dormant_calls))
+	while (atomic_load(&dormant_calls) > my_dormant_calls)
 		shunt_spin_pause();
 	shunt_once(&start_once, init);
 }
@@ -175,6 +209,7 @@ __attribute__((constructor)) static void shunt_constructor(void)
 	(void)SHUNT_LIBC(write);
 	(void)SHUNT_LIBC(close);
 	(void)SHUNT_LIBC(sigaction);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	if (getenv(SHUNT_EXEC_KEPT_ENV)) {
 		/* The program's environment is the one it was given. */
 		unsetenv(SHUNT_EXEC_KEPT_ENV);

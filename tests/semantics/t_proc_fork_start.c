@@ -3,7 +3,9 @@
 // child works whichever came first, and so does the parent (under shunt the
 // first socket call starts the library, and a child that copied a start
 // half done would wait for it forever). Each round is a fresh image, this
-// program exec'd again, so that every round races a start of its own.
+// program exec'd again, so that every round races a start of its own. And
+// a fork whose handlers (pthread_atfork) make the process's first socket,
+// before the fork and in the child.
 // shunt-expect: shm_connect>=150 shm_accept>=150 kernel_connect==0
 // t-timeout: 120
 #include "t_harness.h"
@@ -80,6 +82,54 @@ static int race(void)
 	return bad ? EXIT_CHILD : 0;
 }
 
+static int handler_socket = -1;
+
+static void prepare_socket(void)
+{
+	if (handler_socket < 0)
+		handler_socket = socket(AF_INET, SOCK_STREAM, 0);
+}
+
+static void child_socket_handler(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (s < 0)
+		_exit(EXIT_SOCKET);
+	close(s);
+}
+
+// --atfork: the first socket made in the fork's prepare handler, one more in the child's.
+static int in_handlers(void)
+{
+	pid_t p;
+	int st;
+
+	if (pthread_atfork(prepare_socket, NULL, child_socket_handler))
+		return EXIT_CHILD;
+	p = fork();
+	if (p == 0)
+		_exit(child_socket());
+	if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st))
+		return EXIT_CHILD;
+	return handler_socket >= 0 ? 0 : EXIT_SOCKET;
+}
+
+// A fresh image of this program with @mode: its exit status, or -1.
+static int image(const char *self, const char *mode)
+{
+	pid_t p = fork();
+	int st;
+
+	if (p == 0) {
+		execl(self, self, mode, (char *)NULL);
+		_exit(127);
+	}
+	if (p < 0 || waitpid(p, &st, 0) != p)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 int main(int argc, char **argv)
 {
 	const char *self;
@@ -87,21 +137,19 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "--race"))
 		return race();
+	if (argc > 1 && !strcmp(argv[1], "--atfork"))
+		return in_handlers();
 	self = t_self_path(argv[0]);
 	for (int i = 0; i < ROUNDS; i++) {
-		pid_t p = fork();
-		int st;
+		int r = image(self, "--race");
 
-		if (p == 0) {
-			execl(self, self, "--race", (char *)NULL);
-			_exit(127);
-		}
-		if (p < 0 || waitpid(p, &st, 0) != p)
+		if (r < 0)
 			return 1;
 		ended++;
-		failed += !WIFEXITED(st) || WEXITSTATUS(st);
+		failed += r != 0;
 	}
 	printf("rounds ended: %d of %d\n", ended, ROUNDS);
 	printf("rounds failed: %d\n", failed);
+	printf("sockets made in fork handlers: exit %d\n", image(self, "--atfork"));
 	return failed ? 1 : 0;
 }
