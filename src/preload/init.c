@@ -44,6 +44,7 @@
 
 _Atomic bool shunt_ready;
 _Atomic bool shunt_start_begun;
+__thread bool shunt_starting_here __attribute__((tls_model("initial-exec")));
 static struct shunt_once start_once = SHUNT_ONCE_INIT;
 static bool enabled;		/* written once by init */
 /* calls under way that began dormant (shunt_dormant_enter), and this thread's */
@@ -136,12 +137,14 @@ static void init(void)
 {
 	const char *off = getenv("SHUNT_DISABLE");
 	unsigned pid, fdsize;
+	bool filtered;
+
 	/*
 	 * First of all: a process exec'd into a seccomp sandbox must not be
 	 * killed for a call of ours, so nothing else is asked of the kernel
 	 * before we know (getpid() included).
 	 */
-	bool filtered = shunt_seccomp_start(&pid, &fdsize);
+	filtered = shunt_seccomp_start(&pid, &fdsize);
 
 	shunt_pid = filtered ? pid : (uint32_t)getpid();
 	shunt_log_set_pid((int)shunt_pid);
@@ -164,6 +167,7 @@ static void init(void)
 	shunt_spin_init();
 	shunt_stats_init();
 	atomic_store_explicit(&shunt_ready, true, memory_order_release);
+	shunt_starting_here = false;
 	/*
 	 * Connections the program before an exec kept in shared memory for us
 	 * (their ticket is claimed by the first session, so first), then
@@ -190,11 +194,14 @@ static void init(void)
  */
 void shunt_init(void)
 {
+	/* Set first: a signal may come at any instruction from here on. */
+	shunt_starting_here = true;
 	/* D2: pairs with D1. */
 	atomic_store(&shunt_start_begun, true);
 	while (atomic_load(&dormant_calls) > my_dormant_calls)
 		shunt_spin_pause();
 	shunt_once(&start_once, init);
+	shunt_starting_here = false;
 }
 
 /*

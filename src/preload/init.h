@@ -9,6 +9,14 @@
 
 extern _Atomic bool shunt_ready;
 extern _Atomic bool shunt_start_begun;
+/*
+ * This thread is in shunt_init, running the start or waiting for it, and
+ * the start has not got as far as shunt_ready: a call it makes meanwhile
+ * comes from a signal handler of the program's (the start calls no
+ * wrapper of its own), and must not wait for the start it interrupted.
+ * Initial-exec: one load, on every call.
+ */
+extern __thread bool shunt_starting_here __attribute__((tls_model("initial-exec")));
 
 void shunt_init(void);
 
@@ -17,11 +25,12 @@ void shunt_init(void);
  * and nothing the kernel holds was changed by it. A call that concerns only
  * the program's descriptors, limits or other signals then goes straight to
  * the C library, and the start is left to a call that can make or meet a
- * socket. A start under way is not dormant: such a call waits for it.
+ * socket. A start under way in another thread is not dormant: such a call
+ * waits for it; one under way in this thread is (shunt_starting_here).
  */
 static inline bool shunt_dormant(void)
 {
-	return !atomic_load(&shunt_start_begun);
+	return !atomic_load(&shunt_start_begun) || shunt_starting_here;
 }
 
 /*
