@@ -234,9 +234,10 @@ def test_fork_child_rings_given_back(program):
 # threads it has.
 #   server        listens, says "port P", echoes one connection until EOF
 #   client P      connects; on stdin "send N": N bytes there and back, then
-#                 "echoed N intact|CORRUPT trimmers T"
+#                 "echoed N intact|CORRUPT trimmers T"; "send N started": the
+#                 same, once a trimmer thread has named itself (or 10 s passed)
 ONE_END = textwrap.dedent("""\
-    import hashlib, os, socket, sys
+    import hashlib, os, socket, sys, time
 
     def trimmers():
         n = 0
@@ -277,6 +278,10 @@ ONE_END = textwrap.dedent("""\
             if not chunk:
                 break
             got += chunk
+        # A thread names itself once running: a moment after it was started.
+        deadline = time.monotonic() + 10
+        while cmd[2:] == ["started"] and not trimmers() and time.monotonic() < deadline:
+            time.sleep(0.01)
         print("echoed", n, "intact" if bytes(got) == data else "CORRUPT",
               "trimmers", trimmers(), flush=True)
     """)
@@ -302,7 +307,7 @@ def test_trimmer_put_off_for_one_small_connection(shunt_cli, shunt_session, tmp_
         assert client.expect("echoed") == "echoed 100 intact trimmers 0"
         rss, n = circuit_rss_kib(client.proc.pid)
         assert n == 1, f"the connection is no circuit (mappings: {n}): not under shunt?"
-        client.say("send 65536")
+        client.say("send 65536 started")
         assert client.expect("echoed") == "echoed 65536 intact trimmers 1"
         # The server echoed as much: its thread started too, and both rings
         # (one mapping of the channel in each process) lose their pages.
