@@ -65,7 +65,7 @@ SHUNT_EXPORT int unshare(int flags)
 	return (int)r;
 }
 
-/* fork, vfork and _Fork while dormant (init.h): the C library's, no handler of ours. */
+/* fork, vfork and _Fork while dormant (init.h): the C library's; our fork handlers do nothing. */
 static pid_t dormant_fork(pid_t (*fn)(void))
 {
 	pid_t r = fn();
