@@ -95,15 +95,17 @@ void shunt_dormant_leave(void)
 	atomic_fetch_sub(&dormant_calls, 1);
 }
 
+/* In a child: only this thread lives on, and the dormant calls of others are not its. */
+static void only_this_thread(void)
+{
+	atomic_store(&dormant_calls, my_dormant_calls);
+}
+
 void shunt_dormant_fork_leave(pid_t r)
 {
-	if (r == 0) {
-		/* _Fork runs no fork handler: as fork_child below. */
-		my_dormant_calls--;
-		atomic_store(&dormant_calls, my_dormant_calls);
-	} else {
-		shunt_dormant_leave();
-	}
+	if (r == 0)
+		only_this_thread();	/* _Fork runs no fork handler */
+	shunt_dormant_leave();
 }
 
 /*
@@ -127,8 +129,7 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
-	/* Only this thread lives on: the dormant calls of others are not the child's. */
-	atomic_store(&dormant_calls, my_dormant_calls);
+	only_this_thread();
 	if (fork_started)
 		shunt_fork_child();
 }

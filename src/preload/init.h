@@ -14,7 +14,7 @@ extern _Atomic bool shunt_start_begun;
  * the start has not got as far as shunt_ready: a call it makes meanwhile
  * comes from a signal handler of the program's (the start calls no
  * wrapper of its own), and must not wait for the start it interrupted.
- * Initial-exec: one load, on every call.
+ * Initial-exec: one load, on every call before the start is done.
  */
 extern __thread bool shunt_starting_here __attribute__((tls_model("initial-exec")));
 
@@ -30,6 +30,9 @@ void shunt_init(void);
  */
 static inline bool shunt_dormant(void)
 {
+	/* Started: one load on every call, the one shunt_ensure_init makes next. */
+	if (__builtin_expect(atomic_load_explicit(&shunt_ready, memory_order_acquire), 1))
+		return false;
 	return !atomic_load(&shunt_start_begun) || shunt_starting_here;
 }
 

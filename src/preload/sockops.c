@@ -255,7 +255,7 @@ static bool kernel_took_over(struct shunt_sock *s)
 			continue;
 		/* Out of repair, and connected now or before (a socket without companion never is). */
 		return SHUNT_LIBC(getsockopt)((int)fd, IPPROTO_TCP, TCP_REPAIR, &repair, &len) == 0 &&
-		       repair == 0 && shunt_tcpinfo_carried((int)fd, SHUNT_LIBC(getsockopt));
+		       repair == 0 && shunt_tcpinfo_carried((int)fd);
 	}
 	return false;
 }

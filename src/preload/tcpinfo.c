@@ -11,6 +11,7 @@
 #include <linux/tcp.h>
 
 #include "preload/conn.h"
+#include "preload/libc.h"
 #include "preload/ops.h"
 #include "preload/tcpinfo.h"
 
@@ -56,12 +57,13 @@ void shunt_tcpinfo_connecting(void *val, socklen_t len)
 	PUT(tcpi_bytes_received, 0);
 }
 
-bool shunt_tcpinfo_carried(int fd, int (*getsockopt_fn)(int, int, int, void *, socklen_t *))
+bool shunt_tcpinfo_carried(int fd)
 {
 	struct tcp_info ti = { .tcpi_state = K_CLOSE };
 	socklen_t len = sizeof(ti);
 
-	if (getsockopt_fn(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 || ti.tcpi_state == K_LISTEN)
+	if (SHUNT_LIBC(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 ||
+	    ti.tcpi_state == K_LISTEN)
 		return false;
 	return ti.tcpi_state != K_CLOSE || ti.tcpi_segs_in || ti.tcpi_segs_out;
 }

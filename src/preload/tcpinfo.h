@@ -21,8 +21,8 @@ void shunt_tcpinfo_connecting(void *val, socklen_t len);
  * Whether TCP socket @fd (out of repair mode) carries a connection, or
  * carried one that has ended since (FINs both ways, a reset: TCP_CLOSE, but
  * segments went in or out), rather than being one the kernel never
- * connected or a listener. Asked with the program's getsockopt @getsockopt.
+ * connected or a listener.
  */
-bool shunt_tcpinfo_carried(int fd, int (*getsockopt_fn)(int, int, int, void *, socklen_t *));
+bool shunt_tcpinfo_carried(int fd);
 
 #endif
