@@ -17,6 +17,7 @@
 #include "preload/control.h"
 #include "preload/directory.h"
 #include "preload/fdlimit.h"
+#include "preload/fdroom.h"
 #include "preload/journal.h"
 #include "preload/plink.h"
 #include "preload/relisten.h"
@@ -277,6 +278,9 @@ static int hello_reply_locked(int64_t deadline)
 	return hello_answered_locked(r, &a);
 }
 
+/* The room kept for a reply in a shared range must hold the largest one. */
+_Static_assert((int)SHUNT_FDROOM >= (int)SHUNT_MSG_MAX_FDS, "fdroom.h: room for a whole reply");
+
 /*
  * A session, answered by @deadline (-1: none): 0, -ETIMEDOUT (the HELLO
  * stays sent; a later call takes its reply) or -ENOTCONN.
@@ -322,14 +326,18 @@ static int open_session_locked(int64_t deadline)
 		ctl_hello.flags = SHUNT_HELLO_EXEC;
 		claim_exec = false;
 	}
-	/* Room for the reply's descriptors, or no session for now. */
-	if (shunt_fdlimit_hold(ctl_fd, 5, held) < 0) {
+	/*
+	 * Room for the reply's descriptors, or no session for now; the room
+	 * kept for what cannot wait (fdroom.c) may serve: a fork child
+	 * claims here what it inherited, and everything else needs a session.
+	 */
+	if (shunt_fdlimit_hold(ctl_fd, SHUNT_MSG_MAX_FDS, held, true) < 0) {
 		close_quietly_locked();
 		return -ENOTCONN;
 	}
 	ctl_hello.h.seq = ++ctl_seq;
 	r = shunt_proto_send(ctl_fd, &ctl_hello, NULL, 0);
-	shunt_fdlimit_release(5, held);
+	shunt_fdlimit_release(SHUNT_MSG_MAX_FDS, held);
 	if (r < 0) {
 		drop_session("send", -r);
 		return -ENOTCONN;
@@ -415,7 +423,12 @@ static int exchange_locked(void *req, const int *fds, unsigned nfds, struct answ
 		return -ETIMEDOUT;
 	if (ctl_fd < 0)
 		return -ENOTCONN;
-	if (shunt_fdlimit_hold(ctl_fd, a->want, held) < 0)
+	/*
+	 * An accept's reply takes the room kept for it (fdroom.c): the
+	 * connection waits in shared memory, with no kernel to fall back on
+	 * as a connect has.
+	 */
+	if (shunt_fdlimit_hold(ctl_fd, a->want, held, h->type == SHUNT_MSG_ACCEPT) < 0)
 		return -EMFILE;
 	h->seq = ++ctl_seq;
 	may_give_up = pt && shunt_journal_claim_offer(h->seq);
@@ -463,6 +476,8 @@ static int receive_locked(const struct shunt_msg_hdr *h, struct answer *a)
 	/* Where they landed says how full the program's range is. */
 	for (unsigned i = 0; i < a->nfds; i++)
 		shunt_fdlimit_note(a->fds[i]);
+	/* What they left free of the room kept for them is kept again (fdroom.c). */
+	shunt_fdroom_received(a->fds, a->nfds);
 	return rh->status;
 }
 

@@ -61,6 +61,7 @@
 
 #include "common/sys.h"
 #include "preload/fdlimit.h"
+#include "preload/fdroom.h"
 #include "preload/fdtable.h"
 #include "preload/file.h"
 #include "preload/util.h"
@@ -122,7 +123,11 @@ static void publish_locked(bool set_up)
 	atomic_store_explicit(&prog_soft, limit, memory_order_relaxed);
 	atomic_store_explicit(&refuse_at, mode == MODE_ABOVE ? limit : LONG_MAX,
 			      memory_order_relaxed);
-	atomic_store_explicit(&near_at, limit - as_long(margin(prog.rlim_cur)), memory_order_relaxed);
+	/* Sharing the range, the window's base is where the program meets the library. */
+	atomic_store_explicit(&near_at,
+			      limit - as_long(margin(prog.rlim_cur)) -
+				      (set_up && mode == MODE_TOP ? as_long(window) : 0),
+			      memory_order_relaxed);
 	if (!set_up)
 		atomic_store_explicit(&base_at, -1, memory_order_relaxed);
 	else if (mode == MODE_ABOVE)
@@ -268,8 +273,11 @@ int shunt_fdlimit_admit(int fd)
 int shunt_fdlimit_note(int fd)
 {
 	if (fd >= atomic_load_explicit(&near_at, memory_order_relaxed) &&
-	    !atomic_load_explicit(&near, memory_order_relaxed))
+	    !atomic_load_explicit(&near, memory_order_relaxed)) {
 		atomic_store_explicit(&near, true, memory_order_relaxed);
+		/* Room for a reply while the window still has some (fdroom.c). */
+		shunt_fdroom_stand();
+	}
 	return fd >= atomic_load_explicit(&refuse_at, memory_order_relaxed) ? -EMFILE : 0;
 }
 
@@ -283,8 +291,7 @@ int shunt_fdlimit_refuse(int fd)
 	return -EMFILE;
 }
 
-/* The hidden descriptor probes duplicate, made on first use; -1 without one. */
-static int get_anchor(void)
+int shunt_fdlimit_anchor(void)
 {
 	int a = atomic_load_explicit(&anchor, memory_order_acquire), expect = -1, fd;
 
@@ -306,10 +313,17 @@ int shunt_fdlimit_room(unsigned n)
 	int got[2], a, r = 0;
 	unsigned i;
 
-	/* Without a reserve above, the kernel's limit is the program's: it checks. */
-	if (limit == LONG_MAX || !atomic_load_explicit(&near, memory_order_relaxed) || n > 2)
+	if (!atomic_load_explicit(&near, memory_order_relaxed) || n > 2)
 		return 0;
-	a = get_anchor();
+	/*
+	 * Without a reserve above, the kernel's limit is the program's: it
+	 * checks, but where the library keeps room in the program's range
+	 * (fdroom.c) the call could take a number of it that the kernel
+	 * would not have had free: any free number is the program's.
+	 */
+	if (limit == LONG_MAX && !shunt_fdlimit_shares_range())
+		return 0;
+	a = shunt_fdlimit_anchor();
 	if (a < 0)
 		return 0;
 	/* The lowest free numbers, as the call would get them. */
@@ -326,16 +340,19 @@ int shunt_fdlimit_room(unsigned n)
 	return r;
 }
 
-int shunt_fdlimit_hold(int a, unsigned n, int *held)
+int shunt_fdlimit_hold(int a, unsigned n, int *held, bool room)
 {
 	int base;
+	unsigned kept;
 
 	for (unsigned i = 0; i < n; i++)
 		held[i] = -1;
 	if (!atomic_load_explicit(&near, memory_order_relaxed))
 		return 0;
+	/* The room kept in a shared range first, if it may, then what the window has free. */
+	kept = room ? shunt_fdroom_take(held, n) : 0;
 	base = shunt_fdlimit_base();
-	for (unsigned i = 0; i < n; i++) {
+	for (unsigned i = kept; i < n; i++) {
 		held[i] = (int)shunt_syscall(SYS_fcntl, a, F_DUPFD_CLOEXEC, base);
 		if (held[i] < 0 && (errno == EMFILE || errno == EINVAL) && shunt_fdlimit_grow() == 0)
 			held[i] = (int)shunt_syscall(SYS_fcntl, a, F_DUPFD_CLOEXEC,
@@ -344,17 +361,35 @@ int shunt_fdlimit_hold(int a, unsigned n, int *held)
 			shunt_fdlimit_release(i, held);
 			return -EMFILE;
 		}
+		/* Ours while held: a close_range of the program's leaves it. */
+		shunt_fdt_mark_hidden(held[i], 1);
 	}
+	if (room)
+		shunt_fdroom_held(held, n);
 	return 0;
 }
 
 void shunt_fdlimit_release(unsigned n, int *held)
 {
 	for (unsigned i = 0; i < n; i++) {
-		if (held[i] >= 0)
+		/* Free for the reply: not kept back as room (shunt_close_hidden). */
+		if (held[i] >= 0) {
+			shunt_fdt_mark_hidden(held[i], 0);
 			shunt_close_internal(held[i]);
+		}
 		held[i] = -1;
 	}
+}
+
+bool shunt_fdlimit_shares_range(void)
+{
+	return atomic_load_explicit(&refuse_at, memory_order_relaxed) == LONG_MAX &&
+	       atomic_load_explicit(&base_at, memory_order_relaxed) >= 0;
+}
+
+bool shunt_fdlimit_near(void)
+{
+	return atomic_load_explicit(&near, memory_order_relaxed);
 }
 
 bool shunt_fdlimit_reserved(int fd)

@@ -63,10 +63,12 @@ int shunt_fdlimit_room(unsigned n);
  * Room for @n descriptors the library is about to receive (a control
  * reply): near the limit, take @n numbers in the reserve into @held (-1
  * when not needed), duplicates of the open descriptor @model, to be
- * released with shunt_fdlimit_release() right before the receive. 0, or
- * -EMFILE when there is no room at all.
+ * released with shunt_fdlimit_release() right before the receive. With
+ * @room, for a reply the library cannot do without, the room kept where
+ * the program's range is shared (fdroom.c) is taken first. 0, or -EMFILE
+ * when there is no room at all.
  */
-int shunt_fdlimit_hold(int model, unsigned n, int *held);
+int shunt_fdlimit_hold(int model, unsigned n, int *held, bool room);
 void shunt_fdlimit_release(unsigned n, int *held);
 
 /*
@@ -74,6 +76,16 @@ void shunt_fdlimit_release(unsigned n, int *held);
  * descriptor: close() there is EBADF, close_range stops before it.
  */
 bool shunt_fdlimit_reserved(int fd);
+
+/*
+ * Whether the library's descriptors share the program's range (no room
+ * above it: the top window), and whether the program came near its limit.
+ */
+bool shunt_fdlimit_shares_range(void);
+bool shunt_fdlimit_near(void);
+
+/* The hidden descriptor probes duplicate, made on first use; -1 without one. */
+int shunt_fdlimit_anchor(void);
 
 /* The first number of the reserve, LONG_MAX when there is none above the program's limit. */
 long shunt_fdlimit_reserve_start(void);

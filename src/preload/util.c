@@ -5,6 +5,7 @@
 
 #include "common/sys.h"
 #include "preload/fdlimit.h"
+#include "preload/fdroom.h"
 #include "preload/fdtable.h"
 #include "preload/util.h"
 
@@ -28,7 +29,14 @@ int shunt_fd_dup_hidden(int fd)
 
 int shunt_fd_hide(int fd)
 {
-	int moved = shunt_fd_dup_hidden(fd);
+	int moved;
+
+	/* A reply's, landed on the room kept for it: already where it belongs. */
+	if (shunt_fdroom_claim(fd)) {
+		shunt_fdt_mark_hidden(fd, 1);
+		return fd;
+	}
+	moved = shunt_fd_dup_hidden(fd);
 
 	shunt_close_internal(fd);
 	return moved;
@@ -36,6 +44,9 @@ int shunt_fd_hide(int fd)
 
 void shunt_close_hidden(int fd)
 {
+	/* Where the program's range is shared, the room kept for a reply first. */
+	if (shunt_fdroom_keep(fd))
+		return;
 	shunt_fdt_mark_hidden(fd, 0);
 	shunt_close_internal(fd);
 }

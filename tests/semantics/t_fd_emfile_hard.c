@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 enum {
-	LIMIT = 64,
+	LIMIT = 128,
 	FREE_LATER = 8,
 };
 
@@ -66,7 +66,7 @@ int main(void)
 		t_skip("the descriptor limit (%llu) is too low for this test",
 		       (unsigned long long)old.rlim_cur);
 	rl.rlim_cur = rl.rlim_max = LIMIT;
-	T_REPORT("setrlimit(RLIMIT_NOFILE, 64:64)", setrlimit(RLIMIT_NOFILE, &rl));
+	T_REPORT("setrlimit(RLIMIT_NOFILE, 128:128)", setrlimit(RLIMIT_NOFILE, &rl));
 
 	lfd = t_listen_loopback(AF_INET, 8, &bound);
 	c1 = t_socket(AF_INET, SOCK_STREAM);
