@@ -26,15 +26,6 @@ enum {
 static int opened[LIMIT];
 static int nopened;
 
-static void fill(void)
-{
-	int fd;
-
-	while ((fd = open("/dev/null", O_RDONLY)) >= 0)
-		opened[nopened++] = fd;
-	printf("filled up: %s\n", t_errname(errno));
-}
-
 static void free_some(int n)
 {
 	while (n-- && nopened)
@@ -55,23 +46,17 @@ static void talk(const char *label, int c, int s)
 
 int main(void)
 {
-	struct rlimit rl, old;
+	struct rlimit old;
 	struct t_addr bound;
 	int lfd, c1, c2, s;
 
 	t_start(60);
-	if (getrlimit(RLIMIT_NOFILE, &old) < 0)
-		t_fatal("getrlimit");
-	if (old.rlim_cur < LIMIT)
-		t_skip("the descriptor limit (%llu) is too low for this test",
-		       (unsigned long long)old.rlim_cur);
-	rl.rlim_cur = rl.rlim_max = LIMIT;
-	T_REPORT("setrlimit(RLIMIT_NOFILE, 128:128)", setrlimit(RLIMIT_NOFILE, &rl));
+	t_nofile_exactly(LIMIT, &old);
 
 	lfd = t_listen_loopback(AF_INET, 8, &bound);
 	c1 = t_socket(AF_INET, SOCK_STREAM);
 	c2 = t_socket(AF_INET, SOCK_STREAM);
-	fill();
+	nopened = t_fill_up(opened, LIMIT);
 	T_REPORT("connect at the limit", connect(c1, (struct sockaddr *)&bound.ss, bound.len));
 	T_REPORT("connect again", connect(c1, (struct sockaddr *)&bound.ss, bound.len));
 	T_REPORT("send at the limit", send(c1, "hi", 2, 0));

@@ -32,15 +32,6 @@ enum {
 static int opened[LIMIT];
 static int nopened;
 
-static void fill(void)
-{
-	int fd;
-
-	while ((fd = open("/dev/null", O_RDONLY)) >= 0)
-		opened[nopened++] = fd;
-	printf("filled up: %s\n", t_errname(errno));
-}
-
 /* The client process: a connection a round, each saying which it is and waiting for the answer. */
 static void client(int lfd, const struct t_addr *to, struct t_chan *start, struct t_chan *go)
 {
@@ -63,20 +54,14 @@ static void client(int lfd, const struct t_addr *to, struct t_chan *start, struc
 
 int main(void)
 {
-	struct rlimit rl, old;
+	struct rlimit old;
 	struct t_addr bound;
 	struct t_chan start, go;
 	int lfd, reserve;
 	pid_t pid;
 
 	t_start(60);
-	if (getrlimit(RLIMIT_NOFILE, &old) < 0)
-		t_fatal("getrlimit");
-	if (old.rlim_max < LIMIT)
-		t_skip("the hard descriptor limit (%llu) is too low for this test",
-		       (unsigned long long)old.rlim_max);
-	rl.rlim_cur = rl.rlim_max = LIMIT;
-	T_REPORT("setrlimit(RLIMIT_NOFILE, 256:256)", setrlimit(RLIMIT_NOFILE, &rl));
+	t_nofile_exactly(LIMIT, &old);
 
 	lfd = t_listen_loopback(AF_INET, 8, &bound);
 	t_chan_open(&start);
@@ -88,7 +73,7 @@ int main(void)
 	pid = t_fork();
 	if (pid == 0)
 		client(lfd, &bound, &start, &go);
-	fill();
+	nopened = t_fill_up(opened, LIMIT);
 	t_chan_put(&start, 1);
 	for (int round = 1; round <= ROUNDS; round++) {
 		char buf[16] = { 0 };

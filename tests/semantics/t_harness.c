@@ -74,6 +74,30 @@ void t_nofile_at_least(unsigned long n)
 		t_fatal("setrlimit(RLIMIT_NOFILE, %lu)", n);
 }
 
+void t_nofile_exactly(unsigned long n, struct rlimit *old)
+{
+	struct rlimit rl = { n, n };
+	char label[64];
+
+	if (getrlimit(RLIMIT_NOFILE, old) < 0)
+		t_fatal("getrlimit(RLIMIT_NOFILE)");
+	if (old->rlim_max < n)
+		t_skip("needs a hard descriptor limit of %lu, it is %lu", n,
+		       (unsigned long)old->rlim_max);
+	snprintf(label, sizeof(label), "setrlimit(RLIMIT_NOFILE, %lu:%lu)", n, n);
+	T_REPORT(label, setrlimit(RLIMIT_NOFILE, &rl));
+}
+
+int t_fill_up(int *fds, int cap)
+{
+	int n = 0, fd;
+
+	while (n < cap && (fd = open("/dev/null", O_RDONLY)) >= 0)
+		fds[n++] = fd;
+	printf("filled up: %s\n", n < cap ? t_errname(errno) : "room to spare");
+	return n;
+}
+
 int t_finish(void)
 {
 	fflush(stdout);

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -42,6 +43,13 @@ void t_watchdog(unsigned seconds);
 // any user may), for programs that use descriptor numbers that high; skip if
 // the hard limit is lower. Ordinary users start at 1024.
 void t_nofile_at_least(unsigned long n);
+// Set RLIMIT_NOFILE's soft and hard limits both to `n` (as `ulimit -n n`
+// does), printing the call; skip if the hard limit is lower. The limits
+// before go in *old.
+void t_nofile_exactly(unsigned long n, struct rlimit *old);
+// Open /dev/null into @fds (room for @cap) until the descriptor limit, and
+// print "filled up: <errno>"; returns how many were opened.
+int t_fill_up(int *fds, int cap);
 // T_PASS, or T_FAIL if any t_expect() failed. Call as `return t_finish();`.
 int t_finish(void);
 // Print "FATAL: <msg>[: ERRNAME]" (the name of errno, if nonzero) on stdout
