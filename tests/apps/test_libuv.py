@@ -24,7 +24,8 @@ import time
 import pytest
 
 from conftest import SPARES_MAX, spare_inodes
-from apps_lib import matrix_row, plain_mode, run_client, servers, shunt_mode, version_of  # noqa: F401
+from apps_lib import (assert_stats, matrix_row, plain_mode, run_client, servers,  # noqa: F401
+                      shunt_mode, version_of)
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -193,3 +194,22 @@ def test_libuv_echo(runtime, request, tools, build_dir, shunt_session, shunt_cli
         if not sanitized:
             # (What the growth was made of is in the captured output.)
             assert d_after - d_before < SHUNTD_GROWTH_MAX, (d_before, d_after)
+
+
+def test_node_emfile_trick(tools, shunt_session, shunt_cli, tmp_path):
+    """libuv's answer to EMFILE in a Node.js server whose limit leaves no
+    room above it (tests/apps/uvemfile.js): the client process sees its
+    connection end, under shunt as plain, and through shared memory."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    if not node:
+        pytest.skip("no node: install nodejs (scripts/setup)")
+    argv = ["prlimit", "--nofile=256:256", "--", node, HERE / "uvemfile.js"]
+    out = {}
+    for mode in (plain_mode(tools), shunt_mode(tools, shunt_session, shunt_cli)):
+        res = run_client(mode, "uvemfile", argv, tmp_path)
+        out[mode.name] = res.stdout.decode(errors="replace")
+        if mode.shunt:
+            assert_stats(mode, "uvemfile", shm_connect=1, shm_accept=1)
+    assert out["plain"] == ("server: filled up EMFILE\nclient: closed\n"
+                            "server: the client exited with 0\n"), out["plain"]
+    assert out["shunt"] == out["plain"]
