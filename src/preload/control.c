@@ -278,9 +278,6 @@ static int hello_reply_locked(int64_t deadline)
 	return hello_answered_locked(r, &a);
 }
 
-/* The room kept for a reply in a shared range must hold the largest one. */
-_Static_assert((int)SHUNT_FDROOM >= (int)SHUNT_MSG_MAX_FDS, "fdroom.h: room for a whole reply");
-
 /*
  * A session, answered by @deadline (-1: none): 0, -ETIMEDOUT (the HELLO
  * stays sent; a later call takes its reply) or -ENOTCONN.

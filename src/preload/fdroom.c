@@ -65,12 +65,15 @@ static _Atomic unsigned nlanded;	/* written under room_lock */
 
 /*
  * Close kept number @fd, unless the program put a file of its own there
- * (dup2 onto it: the fd table no longer marks it ours), which stays.
+ * (dup2 onto it: the fd table no longer marks it ours), which stays. Not
+ * shunt_close_hidden, which would keep it as room again.
  */
 static void let_go(int fd)
 {
-	if (shunt_fdt_is_hidden(fd))
-		shunt_close_hidden(fd);
+	if (shunt_fdt_is_hidden(fd)) {
+		shunt_fdt_mark_hidden(fd, 0);
+		shunt_close_internal(fd);
+	}
 }
 
 static unsigned count(void)

@@ -9,8 +9,10 @@
 
 #include <stdbool.h>
 
-/* How many numbers stand kept: as many as one control reply carries (SHUNT_MSG_MAX_FDS). */
-enum { SHUNT_FDROOM = 5 };
+#include "shunt/proto.h"
+
+/* How many numbers stand kept: as many as one control reply carries. */
+enum { SHUNT_FDROOM = (int)SHUNT_MSG_MAX_FDS };
 
 /*
  * Keep up to SHUNT_FDROOM free numbers of the window occupied, once the
@@ -22,7 +24,7 @@ void shunt_fdroom_stand(void);
 
 /*
  * Up to @n of the kept numbers, moved into @held (hidden descriptors, to
- * be closed with shunt_close_hidden right before a receive, so that what
+ * be closed by shunt_fdlimit_release right before a receive, so that what
  * arrives lands there). Returns how many.
  */
 unsigned shunt_fdroom_take(int *held, unsigned n);
