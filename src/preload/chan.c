@@ -194,10 +194,10 @@ static struct shunt_chan *chan_map(struct shunt_grant *g, int *err)
 out:
 	if (!ch && hdr)
 		shunt_syscall(SYS_munmap, hdr, size);
-	shunt_close_internal(g->memfd);
+	shunt_close_reply(g->memfd);
 	g->memfd = -1;
 	if (g->bell >= 0)
-		shunt_close_internal(g->bell);
+		shunt_close_reply(g->bell);
 	g->bell = -1;
 	return ch;
 }

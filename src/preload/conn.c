@@ -286,7 +286,7 @@ struct shunt_conn *shunt_conn_open(struct shunt_grant *g, int *err)
 		return NULL;
 	}
 	r = shunt_circuit_map_at(g->memfd, g->offset, g->msg.ring_size, &hdr);
-	shunt_close_internal(g->memfd);
+	shunt_close_reply(g->memfd);
 	g->memfd = -1;
 	if (r < 0) {
 		shunt_warn("cannot map circuit %llu: %s", (unsigned long long)g->msg.circuit,

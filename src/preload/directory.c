@@ -39,7 +39,7 @@ int shunt_directory_install(int memfd)
 	else
 		atomic_store(&dir_valid, true);
 out:
-	shunt_close_internal(memfd);
+	shunt_close_reply(memfd);
 	return r;
 }
 

@@ -212,6 +212,16 @@ void shunt_fdroom_received(int *fds, unsigned n)
 	pthread_mutex_unlock(&room_lock);
 }
 
+bool shunt_fdroom_return(int fd)
+{
+	if (!shunt_fdroom_claim(fd))
+		return false;
+	if (!shunt_fdroom_keep(fd))
+		return false;
+	shunt_fdt_mark_hidden(fd, 1);
+	return true;
+}
+
 bool shunt_fdroom_claim(int fd)
 {
 	bool mine = false;

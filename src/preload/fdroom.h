@@ -53,4 +53,14 @@ bool shunt_fdroom_claim(int fd);
  */
 bool shunt_fdroom_keep(int fd);
 
+/*
+ * A reply's descriptor @fd (not hidden: a memfd mapped, say) is done with:
+ * if it sits on a number of the room (it landed there), that number is kept
+ * as room again, in place; true then, else the caller closes it. Without
+ * this the number would come free, one the program never has without the
+ * library, and an accept at its limit would succeed where the kernel's says
+ * EMFILE.
+ */
+bool shunt_fdroom_return(int fd);
+
 #endif

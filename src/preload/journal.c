@@ -62,9 +62,9 @@ int shunt_journal_install(int memfd, int kick)
 	journal = j;
 out:
 	pthread_mutex_unlock(&lock);
-	shunt_close_internal(memfd);
+	shunt_close_reply(memfd);
 	if (kick >= 0)
-		shunt_close_internal(kick);
+		shunt_close_reply(kick);
 	return r;
 }
 

@@ -71,7 +71,7 @@ static int set_efd(struct shunt_plink *l, unsigned i, int fd)
 	if (fd < 0)
 		return 0;
 	if (l->efd[i] >= 0 && shunt_syscall(SYS_dup3, fd, l->efd[i], O_CLOEXEC) >= 0) {
-		shunt_close_internal(fd);
+		shunt_close_reply(fd);
 		return 0;
 	}
 	if (l->efd[i] >= 0)
@@ -123,7 +123,7 @@ static int fill_locked(struct shunt_plink *l, uint64_t id, uint64_t partner, uns
 	if (shunt_memfd_map(fds[0], shunt_link_size(), PROT_READ | PROT_WRITE, l->hdr, &p) < 0)
 		return -EPROTO;
 	hdr = p;
-	shunt_close_internal(fds[0]);
+	shunt_close_reply(fds[0]);
 	fds[0] = -1;
 	l->hdr = hdr;
 	e = set_efd(l, side, fds[1]);

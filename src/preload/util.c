@@ -42,6 +42,12 @@ int shunt_fd_hide(int fd)
 	return moved;
 }
 
+void shunt_close_reply(int fd)
+{
+	if (!shunt_fdroom_return(fd))
+		shunt_close_internal(fd);
+}
+
 void shunt_close_hidden(int fd)
 {
 	/* Where the program's range is shared, the room kept for a reply first. */

@@ -36,6 +36,13 @@ int shunt_fd_dup_hidden(int fd);
 
 void shunt_close_hidden(int fd);
 
+/*
+ * Close a descriptor a reply of shuntd's carried, once done with it (a
+ * memfd mapped): where the library shares the program's range, its number
+ * may be one of the room's (fdroom.h), which stays the library's.
+ */
+void shunt_close_reply(int fd);
+
 
 /* CLOCK_MONOTONIC in nanoseconds, unless a seccomp filter makes it unsafe (common/sys.h). */
 static inline int64_t shunt_now_ns(void)
