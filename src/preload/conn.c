@@ -264,7 +264,6 @@ static struct shunt_conn *conn_new(struct shunt_circuit_hdr *hdr, uint32_t ring_
 	shunt_list_init(&c->trim_node);
 	shunt_ring_attach(&c->tx, hdr, shunt_tx_ring(c->end), c->ring_size, 1);
 	shunt_ring_attach(&c->rx, hdr, shunt_rx_ring(c->end), c->ring_size, 0);
-	shunt_spin_prepare();
 	pthread_once(&pids_once, pids_init);
 	pthread_mutex_lock(&all_lock);
 	shunt_list_add_tail(&all_conns, &c->all);

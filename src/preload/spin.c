@@ -1,16 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
- * Spinning only while it can pay: a learned budget per thread, the
- * machine's runnable threads, the peer's CPU, and a periodic yield that
- * gives our CPU to whoever needs it (docs/waiting.md has the reasoning and
- * the measurements).
+ * Spinning only while it can pay: a learned budget per thread, the peer's
+ * CPU, and a periodic yield that gives our CPU to whoever needs it
+ * (docs/waiting.md has the reasoning and the measurements).
  */
-#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "common/once.h"
 #include "preload/spin.h"
 #include "preload/util.h"
 #include "preload/wait.h"
@@ -35,8 +31,6 @@ enum {
 	YIELD_SLOW_NS = 4 * 1000,
 	/* A gap this long between two clock readings: we may have been preempted. */
 	GAP_NS = 10 * 1000,
-	/* How often the machine's runnable threads are counted, at most. */
-	LOAD_EVERY_NS = 1000 * 1000,
 	/* A budget below this is no budget. */
 	MIN_BUDGET_NS = 1000,
 	/* Added to what paying spins take, for the budget. */
@@ -46,7 +40,6 @@ enum {
 };
 
 static int64_t cap_ns = DEFAULT_CAP_NS;	/* written once by init */
-static int ncpus = 1;			/* CPUs we may run on; written once by load_open */
 
 /* What this thread's recent spins taught it. */
 struct lesson {
@@ -60,12 +53,6 @@ struct lesson {
 
 static _Thread_local struct lesson lesson = { .budget = -1 };
 
-/* The machine's load, shared by the process's threads. */
-static struct shunt_once load_once = SHUNT_ONCE_INIT;
-static int load_fd = -1;		/* /proc/loadavg, hidden; -1: cannot read it */
-static _Atomic int64_t load_at;		/* when it was last read */
-static _Atomic bool load_over;		/* then: more runnable threads than our CPUs */
-
 void shunt_spin_init(void)
 {
 	const char *s = getenv("SHUNT_SPIN_US");
@@ -74,64 +61,6 @@ void shunt_spin_init(void)
 		cap_ns = strtoll(s, NULL, 10) * 1000;
 	if (cap_ns < 0)
 		cap_ns = 0;
-}
-
-/*
- * On first need, not at start: a program started under a seccomp filter the
- * library did not see makes no call but what it must (init.c), and spins
- * only on circuits it never gets.
- */
-static void load_open(void)
-{
-	int fd = (int)shunt_syscall(SYS_openat, AT_FDCWD, "/proc/loadavg", O_RDONLY | O_CLOEXEC);
-	cpu_set_t set;
-
-	if (shunt_syscall(SYS_sched_getaffinity, 0, sizeof(set), &set) > 0 && CPU_COUNT(&set) > 0)
-		ncpus = CPU_COUNT(&set);
-	/* Without it (no /proc, a filter, no descriptor to spare) spins go by the rest. */
-	load_fd = fd >= 0 ? shunt_fd_hide(fd) : -1;
-}
-
-void shunt_spin_prepare(void)
-{
-	shunt_once(&load_once, load_open);
-}
-
-/*
- * Whether the machine has more runnable threads than we have CPUs, as
- * /proc/loadavg's fourth field said at most LOAD_EVERY_NS ago. Our own
- * thread counts among them, as do spinning ones: two spinners and the two
- * peers they wait for are too many for two CPUs.
- */
-static bool overloaded(int64_t now)
-{
-	int64_t at = atomic_load_explicit(&load_at, memory_order_relaxed);
-	char buf[128], *p;
-	long n, running;
-
-	if (now - at < LOAD_EVERY_NS ||
-	    !atomic_compare_exchange_strong_explicit(&load_at, &at, now, memory_order_relaxed,
-						     memory_order_relaxed))
-		return atomic_load_explicit(&load_over, memory_order_relaxed);
-	shunt_once(&load_once, load_open);
-	if (load_fd < 0)
-		return false;
-	n = shunt_syscall(SYS_pread64, load_fd, buf, sizeof(buf) - 1, 0);
-	if (n <= 0)
-		return false;
-	buf[n] = 0;
-	/* "0.50 0.40 0.30 RUNNING/TOTAL LASTPID" */
-	p = buf;
-	for (int field = 0; field < 3 && p; field++) {
-		p = strchr(p, ' ');
-		if (p)
-			p++;
-	}
-	if (!p)
-		return false;
-	running = strtol(p, NULL, 10);
-	atomic_store_explicit(&load_over, running > ncpus, memory_order_relaxed);
-	return running > ncpus;
 }
 
 static uint32_t my_cpu_word(void)
@@ -184,8 +113,6 @@ void shunt_spin_begin(struct shunt_spin *s, int64_t now, const _Atomic uint32_t 
 	s->contended = false;
 	s->yields = 0;
 	s->mode = !s->budget ? SPIN_AFTER : peer_here(s) ? SPIN_YIELD : SPIN_PAUSE;
-	if (s->mode == SPIN_AFTER && overloaded(now))
-		s->yields = YIELDS;
 }
 
 /* Offer our CPU once; whether someone else ran meanwhile. */
@@ -203,20 +130,14 @@ static bool yield_ran_another(struct shunt_spin *s)
 /*
  * The budget is spent (or there was none): yield while someone else runs
  * on our CPU when we do (the peer, if it waits for this CPU, answers
- * meanwhile), at most YIELDS times. Not at all when the machine has more
- * runnable threads than CPUs: a thread that stays runnable takes its share
- * from those who have work (a yield only gives way within our own task
- * group, and other programs are in others), where one asleep takes
- * nothing. A yield that comes straight back means nobody here needs the
- * CPU, and the caller had better sleep.
+ * meanwhile), at most YIELDS times. A yield that comes straight back means
+ * nobody here needs the CPU, and the caller had better sleep. Also when the
+ * machine has more runnable threads than CPUs: sleeping then instead
+ * (issue 11's first design) measured slower everywhere (docs/waiting.md).
  */
 static bool after_budget(struct shunt_spin *s)
 {
-	if (s->mode != SPIN_AFTER) {
-		s->mode = SPIN_AFTER;
-		if (overloaded(s->last))
-			s->yields = YIELDS;
-	}
+	s->mode = SPIN_AFTER;
 	if (s->yields >= YIELDS)
 		return false;
 	s->yields++;
@@ -238,10 +159,6 @@ bool shunt_spin_go_on(struct shunt_spin *s)
 	elapsed = now - s->start;
 	if (elapsed >= s->budget)
 		return after_budget(s);
-	if (elapsed >= QUICK_NS && overloaded(now)) {
-		s->contended = true;
-		return after_budget(s);
-	}
 	/*
 	 * Within the budget. Yield instead of spinning once someone else
 	 * showed it wants our CPU: the peer said it runs here (it cannot be

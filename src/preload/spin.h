@@ -5,9 +5,9 @@
  * anyone else, needs the waiter's own CPU. Every wait for a circuit (recv,
  * send on a full ring, connect, poll, select, epoll_wait) runs its spin
  * through one struct shunt_spin, which decides from what the waiter can see
- * by itself: how recent spins of this thread ended (a learned budget), how
- * many threads the machine has runnable, where the peer last ran, and
- * whether a periodic sched_yield() handed the CPU to someone.
+ * by itself: how recent spins of this thread ended (a learned budget),
+ * where the peer last ran, and whether a periodic sched_yield() handed the
+ * CPU to someone.
  */
 #ifndef SHUNT_SPIN_H
 #define SHUNT_SPIN_H
@@ -37,12 +37,6 @@ struct shunt_spin {
 
 /* SHUNT_SPIN_US, the most any wait spins (0: never); once, at start. */
 void shunt_spin_init(void);
-
-/*
- * What spinning needs later, made with the first circuit (a descriptor of
- * /proc/loadavg): not at start, and not in the middle of some wait.
- */
-void shunt_spin_prepare(void);
 
 /*
  * Begin the spin of a wait that starts at @now. @peer_cpu is the word where
