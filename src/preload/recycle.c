@@ -15,6 +15,7 @@
 #include "preload/ops.h"
 #include "preload/recycle.h"
 #include "preload/sock.h"
+#include "preload/spare.h"
 #include "preload/stats.h"
 #include "preload/util.h"
 
@@ -64,6 +65,8 @@ static int swap(struct shunt_sock *s, int fd)
 	if (nfd < 0)
 		return -errno;
 	shunt_opts_copy(s, fd, nfd);
+	/* The old half's copy goes with it, or its port would stay taken. */
+	shunt_spare_drop(s);
 	r = (int)shunt_syscall(SYS_dup3, nfd, fd, fdfl & FD_CLOEXEC ? O_CLOEXEC : 0);
 	e = errno;
 	shunt_close_internal(nfd);

@@ -68,7 +68,8 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	s->spare_bound = false;
 	memset(&s->port_past, 0, sizeof(s->port_past));
 	atomic_store(&s->recycled, false);
-	s->spare_fd = -1;
+	atomic_store(&s->spare_fd, -1);
+	s->spare_pool = -1;
 	shunt_list_init(&s->watchers);
 	s->f.kind = SHUNT_FILE_SOCK;
 	atomic_store_explicit(&s->f.ident, 0, memory_order_relaxed);
@@ -212,8 +213,6 @@ void shunt_sock_fork_child(void)
 		atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 		/* A half kept in the parent is the parent's to hand out. */
-		if (s->spare_fd >= 0)
-			shunt_close_hidden(s->spare_fd);
-		s->spare_fd = -1;
+		shunt_spare_drop(s);
 	}
 }

@@ -143,7 +143,8 @@ struct shunt_sock {
 	 * fresh until a connection takes its port (recycle.h).
 	 */
 	_Atomic bool recycled;
-	int spare_fd;			/* that half kept at close, hidden, until release; or -1 */
+	_Atomic int spare_fd;		/* that half kept (spare.h), hidden, until release; or -1 */
+	int spare_pool;			/* the pool that counts it as kept since take, or -1 */
 	uint64_t spare_refusals;	/* shunt_journal_refusals() when it was kept */
 	struct shunt_list watchers;	/* under shunt_notice_lock: its epoll registrations */
 };

@@ -74,12 +74,12 @@ int shunt_op_socket(int domain, int type, int protocol)
 		    !shunt_netns_left();
 	uint64_t ident = 0;
 	struct shunt_sock *s;
-	int fd;
+	int fd, kept = -1;
 
 	/* The half of a connection this process had, if one is spare: no socket to make. */
 	s = ours ? shunt_sock_new(domain, type & SOCK_NONBLOCK) : NULL;
 	fd = s ? shunt_spare_take_bound(domain, type & (SOCK_NONBLOCK | SOCK_CLOEXEC), &ident,
-					&s->port_past)
+					&s->port_past, &kept)
 	       : -1;
 	if (fd < 0)
 		fd = SHUNT_LIBC(socket)(domain, type, protocol);
@@ -94,6 +94,7 @@ int shunt_op_socket(int domain, int type, int protocol)
 	/* Without memory it is just a kernel socket: nothing breaks. */
 	if (!s)
 		return fd;
+	shunt_spare_adopt(s, kept, true);
 	if (ident) {
 		atomic_store_explicit(&s->f.ident, ident, memory_order_relaxed);
 		s->spare_bound = true;
@@ -702,17 +703,18 @@ int shunt_op_connect(struct shunt_sock *s, int fd, const struct sockaddr *uaddr,
  * The kernel socket of an accepted circuit: the ESTABLISHED companion shuntd
  * made (it arrived first, on the lowest free number, as accept() would put
  * it), or an unconnected one of the library's (*@own: a spare, whose
- * identity goes in *@ident, or a fresh one). Either way with accept4's @flags.
+ * identity goes in *@ident and its kept copy in *@kept, or a fresh one).
+ * Either way with accept4's @flags.
  */
 static int accepted_fd(struct shunt_sock *s, struct shunt_grant *g, int flags, bool *own,
-		       uint64_t *ident)
+		       uint64_t *ident, int *kept)
 {
 	int fd = g->kernel_half;
 
 	g->kernel_half = -1;
 	*own = fd < 0;
 	if (fd < 0) {
-		fd = shunt_spare_take(s->domain, flags, s->inherit, ident);
+		fd = shunt_spare_take(s->domain, flags, s->inherit, ident, kept);
 		if (fd >= 0)
 			return fd;
 		fd = SHUNT_LIBC(socket)(s->domain, SOCK_STREAM | flags, IPPROTO_TCP);
@@ -736,10 +738,10 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 	struct shunt_sock *ns = NULL;
 	uint64_t ident = 0;
 	bool own;
-	int nfd, r;
+	int nfd, r, kept = -1;
 
 	/* After the circuit's memfd is closed, so the lowest number is free. */
-	nfd = accepted_fd(s, g, flags, &own, &ident);
+	nfd = accepted_fd(s, g, flags, &own, &ident, &kept);
 	/*
 	 * One look at the new socket's identity (a spare's is known): for the
 	 * journal and the fd table both.
@@ -753,9 +755,11 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 		shunt_conn_close(conn, true);
 		if (nfd >= 0)
 			SHUNT_LIBC(close)(nfd);
+		shunt_spare_unadopted(kept, s->domain);
 		return nfd < 0 ? nfd : -ENOMEM;
 	}
 	atomic_store_explicit(&ns->f.ident, ident, memory_order_relaxed);
+	shunt_spare_adopt(ns, kept, false);
 	shunt_opts_inherit(s, fd, ns, nfd);
 	atomic_store_explicit(&ns->spare, own, memory_order_relaxed);
 	ns->conn = conn;
@@ -1344,6 +1348,8 @@ int shunt_sock_downgrade(struct shunt_sock *s, int fd)
 		shunt_warn("fd %d is handed on bound to the port of an earlier connection", fd);
 	atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 	atomic_store_explicit(&s->spare, false, memory_order_relaxed);
+	/* Another program's now: the half lives as long as it holds it, not us. */
+	shunt_spare_drop(s);
 	if (st == SHUNT_SOCK_CONNECTING) {
 		shunt_warn("a connection still waiting for accept() cannot be handed on; "
 			   "the program it is handed to will not see it connect");

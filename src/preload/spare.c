@@ -34,6 +34,10 @@
  * shuntd has read that entry (until then it could look for the end's
  * socket here).
  *
+ * A spare handed out keeps its hidden descriptor open for the connection's
+ * close (spare.h, shunt_spare_take's kept copy), so that a connection per
+ * request costs no copy and no look at the number at its close.
+ *
  * Every call goes through the seccomp gate (common/sys.h): one a filter
  * forbids costs the spare, never the process.
  */
@@ -84,6 +88,13 @@ static struct {
 } pool[4];				/* pool_of(): family, and unbound or bound */
 
 enum { POOLS = sizeof(pool) / sizeof(pool[0]) };
+
+/*
+ * Copies kept by sockets since take handed them out (spare.h), per pool:
+ * at most room() of them, so that spares take at most twice the numbers
+ * the pool alone would.
+ */
+static _Atomic unsigned kept_out[POOLS];
 
 static unsigned pool_of(int domain, bool bound)
 {
@@ -150,9 +161,11 @@ static bool pristine(int fd, int domain, bool bound)
 	       reuse != 2;
 }
 
+static bool count_kept(unsigned i);
+
 /* A spare of pool_of(@domain, @bound) handed out as shunt_spare_take says. */
 static int take(int domain, bool bound, int flags, uint32_t inherit, uint64_t *ident,
-		struct shunt_port_past *past)
+		struct shunt_port_past *past, int *kept)
 {
 	bool nonblock = flags & SOCK_NONBLOCK;
 	struct spare sp;
@@ -168,7 +181,13 @@ static int take(int domain, bool bound, int flags, uint32_t inherit, uint64_t *i
 	/* The lowest free number, as socket() would give. */
 	fd = (int)shunt_syscall(SYS_fcntl, sp.fd, flags & SOCK_CLOEXEC ? F_DUPFD_CLOEXEC : F_DUPFD,
 				0);
-	shunt_close_hidden(sp.fd);
+	/* The hidden copy stays for this connection's close, while few do (spare.h). */
+	if (fd >= 0 && count_kept(pool_of(domain, bound))) {
+		*kept = sp.fd;
+	} else {
+		shunt_close_hidden(sp.fd);
+		*kept = -1;
+	}
 	if (fd < 0)
 		return -1;
 	/* What the listener passes on the caller sets anyway: the rest as fresh. */
@@ -176,6 +195,12 @@ static int take(int domain, bool bound, int flags, uint32_t inherit, uint64_t *i
 	    (sp.nonblock != nonblock &&
 	     shunt_syscall(SYS_fcntl, fd, F_SETFL, nonblock ? O_NONBLOCK : 0) < 0)) {
 		shunt_syscall(SYS_close, fd);
+		if (*kept >= 0) {
+			shunt_close_hidden(*kept);
+			atomic_fetch_sub_explicit(&kept_out[pool_of(domain, bound)], 1,
+						  memory_order_relaxed);
+		}
+		*kept = -1;
 		return -1;
 	}
 	*ident = sp.ident;
@@ -184,14 +209,15 @@ static int take(int domain, bool bound, int flags, uint32_t inherit, uint64_t *i
 	return fd;
 }
 
-int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident)
+int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident, int *kept)
 {
-	return take(domain, false, flags, inherit, ident, NULL);
+	return take(domain, false, flags, inherit, ident, NULL, kept);
 }
 
-int shunt_spare_take_bound(int domain, int flags, uint64_t *ident, struct shunt_port_past *past)
+int shunt_spare_take_bound(int domain, int flags, uint64_t *ident, struct shunt_port_past *past,
+			   int *kept)
 {
-	return take(domain, true, flags, 0, ident, past);
+	return take(domain, true, flags, 0, ident, past, kept);
 }
 
 /* How many spares pool @i may keep now. */
@@ -204,6 +230,60 @@ static unsigned room(unsigned i)
 	/* Numbers of the program's own: at most 1/64 of its range (16 of 1,024), 1/128 bound. */
 	share = shunt_fdlimit_open_max() / SPARE_SHARE / (i >= pool_of(AF_INET, true) ? 2 : 1);
 	return share < SPARE_MAX ? (unsigned)(share > 0 ? share : 0) : SPARE_MAX;
+}
+
+/*
+ * One more copy kept by a socket of pool @i, if room() allows. Not where
+ * the library shares the program's range and the program came near its
+ * limit: there the numbers it frees are how the room for replies grows
+ * back (fdroom.c), and a spare handed out frees one.
+ */
+static bool count_kept(unsigned i)
+{
+	unsigned n = atomic_load_explicit(&kept_out[i], memory_order_relaxed);
+
+	if (shunt_fdlimit_shares_range() && shunt_fdlimit_near())
+		return false;
+	do {
+		if (n >= room(i))
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&kept_out[i], &n, n + 1,
+							memory_order_relaxed, memory_order_relaxed));
+	return true;
+}
+
+void shunt_spare_adopt(struct shunt_sock *s, int kept, bool bound)
+{
+	s->spare_pool = kept >= 0 ? (int)pool_of(s->domain, bound) : -1;
+	atomic_store_explicit(&s->spare_fd, kept, memory_order_release);
+}
+
+/* @s's copy, taken from it (-1: none); counted off if take counted it. */
+static int unkeep(struct shunt_sock *s)
+{
+	int fd = atomic_exchange_explicit(&s->spare_fd, -1, memory_order_acquire);
+
+	if (fd >= 0 && s->spare_pool >= 0) {
+		atomic_fetch_sub_explicit(&kept_out[s->spare_pool], 1, memory_order_relaxed);
+		s->spare_pool = -1;
+	}
+	return fd;
+}
+
+void shunt_spare_unadopted(int kept, int domain)
+{
+	if (kept < 0)
+		return;
+	shunt_close_hidden(kept);
+	atomic_fetch_sub_explicit(&kept_out[pool_of(domain, false)], 1, memory_order_relaxed);
+}
+
+void shunt_spare_drop(struct shunt_sock *s)
+{
+	int fd = unkeep(s);
+
+	if (fd >= 0)
+		shunt_close_hidden(fd);
 }
 
 static bool full(unsigned i)
@@ -222,7 +302,11 @@ void shunt_spare_keep(struct shunt_sock *s, int fd)
 	uint64_t ident = atomic_load_explicit(&s->f.ident, memory_order_relaxed);
 	int h;
 
-	if (!atomic_load_explicit(&s->spare, memory_order_relaxed) || s->spare_fd >= 0 ||
+	if (!atomic_load_explicit(&s->spare, memory_order_relaxed))
+		return;
+	s->spare_refusals = shunt_journal_refusals();
+	/* Kept since it was handed out (take): the copy is the half, whatever @fd holds now. */
+	if (atomic_load_explicit(&s->spare_fd, memory_order_relaxed) >= 0 ||
 	    full(pool_of(s->domain, s->spare_bound)))
 		return;
 	/*
@@ -232,15 +316,16 @@ void shunt_spare_keep(struct shunt_sock *s, int fd)
 	 */
 	if (!ident || ident == SHUNT_FDT_IDENT_UNKNOWN || shunt_fdt_sock_ident(fd) != ident)
 		return;
-	s->spare_refusals = shunt_journal_refusals();
 	h = shunt_fd_dup_hidden(fd);
-	s->spare_fd = h >= 0 ? h : -1;
+	/* A copy made here is the pool's alone to count. */
+	s->spare_pool = -1;
+	atomic_store_explicit(&s->spare_fd, h >= 0 ? h : -1, memory_order_release);
 }
 
 void shunt_spare_put(struct shunt_sock *s)
 {
 	struct spare sp = {
-		.fd = s->spare_fd,
+		.fd = unkeep(s),
 		.nonblock = atomic_load(&s->nonblock),
 		.set = atomic_load(&s->inherit),
 		.ident = atomic_load_explicit(&s->f.ident, memory_order_relaxed),
@@ -250,7 +335,6 @@ void shunt_spare_put(struct shunt_sock *s)
 
 	if (sp.fd < 0)
 		return;
-	s->spare_fd = -1;
 	/*
 	 * Without a journal, or with one too full to take the CLOSED (any
 	 * refusal since it was kept may have been that one), shuntd is told
@@ -290,7 +374,10 @@ void shunt_spare_fork_child(void)
 {
 	/* The parent hands its spares out: two processes must not hold one. */
 	pthread_mutex_init(&spare_lock, NULL);
-	for (unsigned i = 0; i < POOLS; i++)
+	for (unsigned i = 0; i < POOLS; i++) {
 		while (pool[i].n)
 			close_first(i);
+		/* The sockets' copies are closed by sock.c's handler. */
+		atomic_store_explicit(&kept_out[i], 0, memory_order_relaxed);
+	}
 }

@@ -22,8 +22,17 @@ struct shunt_sock;
  * of mask @inherit (as s->inherit has them), which the caller sets next;
  * its identity (shunt_fdt_sock_ident) in *@ident. -1 when there is none
  * (or it could not be handed out: the caller makes a socket).
+ *
+ * The spare's hidden descriptor stays open as *@kept (else -1), for the
+ * caller to give the new socket (shunt_spare_adopt), whose close then keeps
+ * nothing more: no copy to make, no look at what the number holds (it is
+ * the half, whatever the number holds by then). At most as many sockets
+ * keep one as the pool may hold spares, so that spares never take more
+ * than twice the pool's numbers. The copy goes back to the pool or is
+ * closed at release (shunt_spare_put), and is closed when the socket's
+ * half is replaced (recycle.c) or handed on (a downgrade): shunt_spare_drop.
  */
-int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident);
+int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident, int *kept);
 
 /*
  * A connecting socket's spare half of family @domain, as shunt_spare_take
@@ -31,14 +40,28 @@ int shunt_spare_take(int domain, int flags, uint32_t inherit, uint64_t *ident);
  * option set, but still bound to the port of its last connection, which
  * recycle.c hides until a connection uses it, and which chan.c lets one
  * use only once that connection is over (*@past). -1 when there is none.
+ * *@kept as for shunt_spare_take.
  */
-int shunt_spare_take_bound(int domain, int flags, uint64_t *ident, struct shunt_port_past *past);
+int shunt_spare_take_bound(int domain, int flags, uint64_t *ident, struct shunt_port_past *past,
+			   int *kept);
+
+/*
+ * @s (new, held by nobody else yet) keeps @kept, from shunt_spare_take
+ * (@bound false) or shunt_spare_take_bound (true); -1 is none.
+ */
+void shunt_spare_adopt(struct shunt_sock *s, int kept, bool bound);
+
+/* @kept from shunt_spare_take (of family @domain), given to no socket after all: closed. */
+void shunt_spare_unadopted(int kept, int domain);
+
+/* @s's kept copy, if any, closed: its half is no longer the socket's to keep. */
+void shunt_spare_drop(struct shunt_sock *s);
 
 /*
  * @s, open as @fd, is being closed: if nobody could tell its kernel half
  * was used (s->spare) and it still is @fd, keep a hidden duplicate of it
- * in s->spare_fd, for shunt_spare_put. @fd stays open for the caller to
- * close. Under the fork lock, as close is.
+ * in s->spare_fd, for shunt_spare_put, unless one is kept already. @fd
+ * stays open for the caller to close. Under the fork lock, as close is.
  */
 void shunt_spare_keep(struct shunt_sock *s, int fd);
 
