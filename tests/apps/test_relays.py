@@ -17,6 +17,7 @@ SHUNT_STATS lines must show shared memory.
 
 import hashlib
 import json
+import os
 import pathlib
 import random
 import signal
@@ -218,6 +219,35 @@ def relay_argv(tool, tools, port, backend):
             "--sh-exec", f"exec {tools['ncat']} 127.0.0.1 {backend}"]
 
 
+def group_members(pgid):
+    """Pids of the processes in process group `pgid` (from /proc/PID/stat)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the name: state, ppid, pgrp.
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def wait_children_done(relay):
+    """Until the relay's children for the connections are gone: each writes
+    its SHUNT_STATS line as it exits, and stopping the relay kills what is
+    left of its process group (a child still shutting its connection to the
+    server down after the client had all its data, which then wrote no line)."""
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while set(group_members(relay.proc.pid)) - {relay.proc.pid}:
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.02)
+
+
 def relay_round(mode, servers, scripts, tmp_path, tools, tool, kind):
     """Client of `kind` -> relay (socat or ncat) -> Python server."""
     backend, bport = start_server(mode, servers, scripts, tmp_path, kind.split("-")[0])
@@ -227,6 +257,7 @@ def relay_round(mode, servers, scripts, tmp_path, tools, tool, kind):
     wait_listening(relay, port)
     res = run_client(mode, "client", [sys.executable, scripts / "client.py", kind, port,
                                       RELAY_CONNS, RELAY_SIZE[kind], RELAY_PARALLEL], tmp_path)
+    wait_children_done(relay)
     rc = relay.stop(signal.SIGTERM)
     assert rc in (0, 143, -signal.SIGTERM), f"{tool} exit status {rc}\n" + output_of(relay)
     rc = backend.stop(signal.SIGINT)
