@@ -213,6 +213,6 @@ void shunt_sock_fork_child(void)
 		atomic_store_explicit(&s->unbound, false, memory_order_relaxed);
 		atomic_store_explicit(&s->spare, false, memory_order_relaxed);
 		/* A half kept in the parent is the parent's to hand out. */
-		shunt_spare_drop(s);
+		shunt_spare_fork_drop(s);
 	}
 }

@@ -755,7 +755,7 @@ static int adopt_accepted(struct shunt_sock *s, int fd, struct shunt_conn *conn,
 		shunt_conn_close(conn, true);
 		if (nfd >= 0)
 			SHUNT_LIBC(close)(nfd);
-		shunt_spare_unadopted(kept, s->domain);
+		shunt_spare_unadopted(kept, s->domain, false);
 		return nfd < 0 ? nfd : -ENOMEM;
 	}
 	atomic_store_explicit(&ns->f.ident, ident, memory_order_relaxed);

@@ -162,6 +162,7 @@ static bool pristine(int fd, int domain, bool bound)
 }
 
 static bool count_kept(unsigned i);
+static void give_back(int kept, unsigned i);
 
 /* A spare of pool_of(@domain, @bound) handed out as shunt_spare_take says. */
 static int take(int domain, bool bound, int flags, uint32_t inherit, uint64_t *ident,
@@ -195,11 +196,7 @@ static int take(int domain, bool bound, int flags, uint32_t inherit, uint64_t *i
 	    (sp.nonblock != nonblock &&
 	     shunt_syscall(SYS_fcntl, fd, F_SETFL, nonblock ? O_NONBLOCK : 0) < 0)) {
 		shunt_syscall(SYS_close, fd);
-		if (*kept >= 0) {
-			shunt_close_hidden(*kept);
-			atomic_fetch_sub_explicit(&kept_out[pool_of(domain, bound)], 1,
-						  memory_order_relaxed);
-		}
+		give_back(*kept, pool_of(domain, bound));
 		*kept = -1;
 		return -1;
 	}
@@ -252,6 +249,15 @@ static bool count_kept(unsigned i)
 	return true;
 }
 
+/* Copy @kept (if any), counted in pool @i, given to no socket after all: closed. */
+static void give_back(int kept, unsigned i)
+{
+	if (kept < 0)
+		return;
+	shunt_close_hidden(kept);
+	atomic_fetch_sub_explicit(&kept_out[i], 1, memory_order_relaxed);
+}
+
 void shunt_spare_adopt(struct shunt_sock *s, int kept, bool bound)
 {
 	s->spare_pool = kept >= 0 ? (int)pool_of(s->domain, bound) : -1;
@@ -270,12 +276,9 @@ static int unkeep(struct shunt_sock *s)
 	return fd;
 }
 
-void shunt_spare_unadopted(int kept, int domain)
+void shunt_spare_unadopted(int kept, int domain, bool bound)
 {
-	if (kept < 0)
-		return;
-	shunt_close_hidden(kept);
-	atomic_fetch_sub_explicit(&kept_out[pool_of(domain, false)], 1, memory_order_relaxed);
+	give_back(kept, pool_of(domain, bound));
 }
 
 void shunt_spare_drop(struct shunt_sock *s)
@@ -360,6 +363,16 @@ void shunt_spare_put(struct shunt_sock *s)
 		shunt_close_hidden(sp.fd);
 }
 
+void shunt_spare_fork_drop(struct shunt_sock *s)
+{
+	int fd = atomic_exchange_explicit(&s->spare_fd, -1, memory_order_relaxed);
+
+	/* Counted no more: shunt_spare_fork_child started the counts afresh. */
+	s->spare_pool = -1;
+	if (fd >= 0)
+		shunt_close_hidden(fd);
+}
+
 void shunt_spare_fork_prepare(void)
 {
 	pthread_mutex_lock(&spare_lock);
@@ -377,7 +390,7 @@ void shunt_spare_fork_child(void)
 	for (unsigned i = 0; i < POOLS; i++) {
 		while (pool[i].n)
 			close_first(i);
-		/* The sockets' copies are closed by sock.c's handler. */
+		/* The sockets' copies are closed by sock.c's handler (shunt_spare_fork_drop). */
 		atomic_store_explicit(&kept_out[i], 0, memory_order_relaxed);
 	}
 }

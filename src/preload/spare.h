@@ -51,8 +51,8 @@ int shunt_spare_take_bound(int domain, int flags, uint64_t *ident, struct shunt_
  */
 void shunt_spare_adopt(struct shunt_sock *s, int kept, bool bound);
 
-/* @kept from shunt_spare_take (of family @domain), given to no socket after all: closed. */
-void shunt_spare_unadopted(int kept, int domain);
+/* @kept from shunt_spare_take(_bound) (of family @domain), given to no socket after all: closed. */
+void shunt_spare_unadopted(int kept, int domain, bool bound);
 
 /* @s's kept copy, if any, closed: its half is no longer the socket's to keep. */
 void shunt_spare_drop(struct shunt_sock *s);
@@ -76,5 +76,8 @@ void shunt_spare_put(struct shunt_sock *s);
 void shunt_spare_fork_prepare(void);
 void shunt_spare_fork_parent(void);
 void shunt_spare_fork_child(void);
+
+/* In a fork's child, after shunt_spare_fork_child: @s's copy is the parent's, closed here. */
+void shunt_spare_fork_drop(struct shunt_sock *s);
 
 #endif
