@@ -260,6 +260,8 @@ static void give_back(int kept, unsigned i)
 
 void shunt_spare_adopt(struct shunt_sock *s, int kept, bool bound)
 {
+	/* Until its close says (keep): a release without one still knows since when. */
+	s->spare_refusals = shunt_journal_refusals();
 	s->spare_pool = kept >= 0 ? (int)pool_of(s->domain, bound) : -1;
 	atomic_store_explicit(&s->spare_fd, kept, memory_order_release);
 }
