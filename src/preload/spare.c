@@ -367,12 +367,9 @@ void shunt_spare_put(struct shunt_sock *s)
 
 void shunt_spare_fork_drop(struct shunt_sock *s)
 {
-	int fd = atomic_exchange_explicit(&s->spare_fd, -1, memory_order_relaxed);
-
 	/* Counted no more: shunt_spare_fork_child started the counts afresh. */
 	s->spare_pool = -1;
-	if (fd >= 0)
-		shunt_close_hidden(fd);
+	shunt_spare_drop(s);
 }
 
 void shunt_spare_fork_prepare(void)
