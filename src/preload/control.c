@@ -217,13 +217,13 @@ static int hello_answered_locked(int r, struct answer *a)
 {
 	if (r == -EMFILE || (r == SHUNT_OK && a->truncated)) {
 		/* Out of descriptors: shuntd ends the session it began when we close. */
-		shunt_proto_close_fds(a->fds, a->nfds);
+		shunt_close_replies(a->fds, a->nfds);
 		close_quietly_locked();
 		return -ENOTCONN;
 	}
 	/* The daemon link, and the journal if shuntd keeps one for us, and its directory. */
 	if (r != SHUNT_OK || (a->nfds != 2 && a->nfds != 4 && a->nfds != 5)) {
-		shunt_proto_close_fds(a->fds, a->nfds);
+		shunt_close_replies(a->fds, a->nfds);
 		drop_session("hello", r < 0 ? -r : EPROTO);
 		return -ENOTCONN;
 	}
@@ -373,7 +373,7 @@ static bool catch_up_locked(int64_t deadline)
 			shunt_chan_install_client(&g, &ctl_late_dst);
 		return true;
 	}
-	shunt_proto_close_fds(a.fds, a.nfds);
+	shunt_close_replies(a.fds, a.nfds);
 	return true;
 }
 
@@ -465,7 +465,7 @@ static int receive_locked(const struct shunt_msg_hdr *h, struct answer *a)
 
 	if (shunt_proto_check(a->buf, (size_t)len) < 0 ||
 	    rh->type != (h->type | SHUNT_MSG_REPLY) || rh->seq != h->seq) {
-		shunt_proto_close_fds(a->fds, a->nfds);
+		shunt_close_replies(a->fds, a->nfds);
 		a->nfds = 0;
 		drop_session("reply", EPROTO);
 		return -ENOTCONN;
@@ -508,7 +508,7 @@ static int request_plain(void *req, const int *fds, unsigned nfds, struct answer
 {
 	int r = request(req, fds, nfds, a);
 
-	shunt_proto_close_fds(a->fds, a->nfds);
+	shunt_close_replies(a->fds, a->nfds);
 	a->nfds = 0;
 	return r;
 }
@@ -584,12 +584,12 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_
 	m.listener = refresh;
 	r = request(&m, &fd, 1, &a);
 	if (r != SHUNT_OK) {
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 		return r > 0 ? -EPROTO : r;
 	}
 	*listener = ((struct shunt_msg_listen_reply *)a.buf)->listener;
 	if (a.nfds != want) {
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 		if (refresh)
 			return a.truncated ? -EMFILE : -EPROTO;
 		if (!a.truncated)
@@ -600,7 +600,7 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_
 		return -EMFILE;
 	}
 	if (!out) {
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 		return 0;
 	}
 	if (refresh) {
@@ -646,7 +646,7 @@ void shunt_ctl_unlisten(uint64_t listener, bool shutdown)
 	pthread_mutex_lock(&ctl_lock);
 	if (ctl_fd >= 0 && may_ask(shunt_seccomp_chain(), ctl_fd)) {
 		exchange_locked(&m, NULL, 0, &a, NULL);
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 	}
 	pthread_mutex_unlock(&ctl_lock);
 }
@@ -655,7 +655,7 @@ void shunt_grant_discard(struct shunt_grant *g)
 {
 	int fds[3] = { g->kernel_half, g->memfd, g->bell };
 
-	shunt_proto_close_fds(fds, 3);
+	shunt_close_replies(fds, 3);
 	g->kernel_half = g->memfd = g->bell = -1;
 }
 
@@ -665,7 +665,7 @@ static void take_chan_link(const struct shunt_msg_chan *m, int fds[3])
 	struct shunt_msg_link_reply r = { .link = m->link, .partner = m->partner, .side = m->side };
 
 	if (r.side > 1) {
-		shunt_proto_close_fds(fds, 3);
+		shunt_close_replies(fds, 3);
 		return;
 	}
 	shunt_plink_install(&r, fds);
@@ -686,7 +686,7 @@ static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 		memcpy(&g->chan, reply, sizeof(g->chan));
 		nlink = g->chan.flags & SHUNT_CHAN_LINK ? 3 : 0;
 		if (n < 1 + nlink || n > 2 + nlink) {
-			shunt_proto_close_fds(rfds, n);
+			shunt_close_replies(rfds, n);
 			return -EPROTO;
 		}
 		g->memfd = rfds[0];
@@ -699,13 +699,13 @@ static int take_grant(int status, const void *reply, int *rfds, unsigned n,
 		return status;
 	}
 	if (status != SHUNT_OK) {
-		shunt_proto_close_fds(rfds, n);
+		shunt_close_replies(rfds, n);
 		return status;
 	}
 	memcpy(&g->msg, reply, sizeof(g->msg));
 	want = 1 + (g->msg.flags & SHUNT_CIRCUIT_KERNEL_HALF ? 1 : 0);
 	if (n != want || g->msg.end > 1) {
-		shunt_proto_close_fds(rfds, n);
+		shunt_close_replies(rfds, n);
 		return -EPROTO;
 	}
 	if (g->msg.flags & SHUNT_CIRCUIT_KERNEL_HALF)
@@ -742,7 +742,7 @@ static void withdraw(const struct shunt_msg_circuit *c, int fd)
 			drop_session("send", -r);
 		} else {
 			exchange_locked(&barrier, NULL, 0, &a, NULL);
-			shunt_proto_close_fds(a.fds, a.nfds);
+			shunt_close_replies(a.fds, a.nfds);
 		}
 	}
 	pthread_mutex_unlock(&ctl_lock);
@@ -762,12 +762,12 @@ static int request_circuit(void *req, int fd, unsigned want, struct shunt_grant 
 
 	if (r == SHUNT_USE_CHANNEL && a.truncated) {
 		/* Not delivered whole: do without it (the next connect asks again). */
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 		g->kernel_half = g->memfd = g->bell = -1;
 		return -EMFILE;
 	}
 	if (r == SHUNT_OK && a.truncated) {
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 		g->kernel_half = g->memfd = g->bell = -1;
 		/* A SHUNT_OK reply to CONNECT or ACCEPT is a circuit (shunt_proto_check). */
 		withdraw((const struct shunt_msg_circuit *)a.buf, fd);
@@ -885,12 +885,12 @@ static int take_link(int status, const void *reply, int *rfds, unsigned n,
 		     struct shunt_msg_link_reply *r, int fds[3])
 {
 	if (status != SHUNT_OK) {
-		shunt_proto_close_fds(rfds, n);
+		shunt_close_replies(rfds, n);
 		return status;
 	}
 	memcpy(r, reply, sizeof(*r));
 	if (n != ((r->flags & SHUNT_LINK_GONE) ? 0u : 3u) || r->side > 1) {
-		shunt_proto_close_fds(rfds, n);
+		shunt_close_replies(rfds, n);
 		return -EPROTO;
 	}
 	memcpy(fds, rfds, n * sizeof(int));
@@ -908,7 +908,7 @@ int shunt_ctl_link(uint64_t partner, struct shunt_msg_link_reply *r, int fds[3])
 	st = request(&m, NULL, 0, &a);
 	/* Not delivered: shuntd hands the same link over when asked again. */
 	if (a.truncated) {
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 		return -EMFILE;
 	}
 	st = take_link(st, a.buf, a.fds, a.nfds, r, fds);
@@ -926,7 +926,7 @@ int shunt_ctl_link_next(struct shunt_msg_link_reply *r, int fds[3])
 	shunt_proto_init(&m, SHUNT_MSG_LINK_NEXT, sizeof(m), 0);
 	st = request(&m, NULL, 0, &a);
 	if (a.truncated) {
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 		shunt_warn("out of descriptors: a link shuntd made for this process was lost; "
 			   "connections with one peer may not wake it");
 		return -EMFILE;
@@ -1060,7 +1060,7 @@ int shunt_ctl_exec_next(struct shunt_grant *g, uint64_t *inode, uint32_t *flags)
 	g->kernel_half = g->memfd = g->bell = -1;
 	g->offset = 0;
 	if (r != SHUNT_OK || a.truncated) {
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 		if (r == SHUNT_OK)
 			return -EMFILE;
 		return r == SHUNT_NONE ? SHUNT_NONE : r > 0 ? -EPROTO : r;
@@ -1068,7 +1068,7 @@ int shunt_ctl_exec_next(struct shunt_grant *g, uint64_t *inode, uint32_t *flags)
 	const struct shunt_msg_exec_end *e = (const void *)a.buf;
 
 	if (a.nfds != 1 || e->end > 1) {
-		shunt_proto_close_fds(a.fds, a.nfds);
+		shunt_close_replies(a.fds, a.nfds);
 		return -EPROTO;
 	}
 	memset(&g->msg, 0, sizeof(g->msg));

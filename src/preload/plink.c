@@ -161,10 +161,10 @@ struct shunt_plink *shunt_plink_install(const struct shunt_msg_link_reply *r, in
 	if (!l && r->side <= 1 && (l = slot_locked()))
 		e = fill_locked(l, r->link, r->partner, r->side, self, false, fds);
 	else if (l)
-		e = 0, shunt_proto_close_fds(fds, 3);
+		e = 0, shunt_close_replies(fds, 3);
 	pthread_mutex_unlock(&links_lock);
 	if (e < 0) {
-		shunt_proto_close_fds(fds, 3);
+		shunt_close_replies(fds, 3);
 		shunt_warn("cannot map link %llu: %s", (unsigned long long)r->link, strerror(-e));
 		return NULL;
 	}
@@ -193,7 +193,7 @@ int shunt_plink_install_daemon(uint64_t id, int fds[2])
 		atomic_store(&daemon_link, l);
 	pthread_mutex_unlock(&links_lock);
 	if (e < 0)
-		shunt_proto_close_fds(three, 2);
+		shunt_close_replies(three, 2);
 	return e;
 }
 

@@ -48,6 +48,13 @@ void shunt_close_reply(int fd)
 		shunt_close_internal(fd);
 }
 
+void shunt_close_replies(const int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			shunt_close_reply(fds[i]);
+}
+
 void shunt_close_hidden(int fd)
 {
 	/* Where the program's range is shared, the room kept for a reply first. */

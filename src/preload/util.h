@@ -43,6 +43,9 @@ void shunt_close_hidden(int fd);
  */
 void shunt_close_reply(int fd);
 
+/* shunt_close_reply for each of @n descriptors (-1 entries skipped). */
+void shunt_close_replies(const int *fds, unsigned n);
+
 
 /* CLOCK_MONOTONIC in nanoseconds, unless a seccomp filter makes it unsafe (common/sys.h). */
 static inline int64_t shunt_now_ns(void)
