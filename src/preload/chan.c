@@ -66,6 +66,18 @@ static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shunt_chan *clients;	/* under list_lock */
 static struct shunt_chan *acceptors;	/* under list_lock */
 /*
+ * Acceptor channels whose clients left, to unmap when this process next
+ * goes to sleep (shunt_chan_let_go): unmapping one costs the acceptor a
+ * TLB shootdown and, as the last holder, the freeing of its pages, tens
+ * of microseconds that would otherwise delay the new client's first
+ * answer. At most DEPARTED_MAX wait: a process that never sleeps lets
+ * go of them at the next install, as before.
+ */
+enum { DEPARTED_MAX = 16 };
+static struct shunt_chan *departed;	/* under list_lock */
+static unsigned ndeparted;		/* under list_lock */
+static atomic_bool any_departed;	/* a hint for the sleeper: departed is not empty */
+/*
  * Slot claims and the queues' tails. One for the process, not one per
  * mapping: two mappings of one channel (two threads that both asked shuntd
  * before either installed its answer, or two addresses of one listener)
@@ -534,9 +546,9 @@ static bool sealed(struct shunt_chan *ch)
  * Drop this process's channels of @listener that shuntd let go of (their
  * clients exited), so that a server whose clients come and go keeps only
  * the channels of those that are there. Under list_lock; the dropped ones
- * are put on *@gone.
+ * are put on *@gone, and counted in *@n.
  */
-static void prune_locked(uint64_t listener, struct shunt_chan **gone)
+static void prune_locked(uint64_t listener, struct shunt_chan **gone, unsigned *n)
 {
 	struct shunt_chan **p = &acceptors, *ch;
 
@@ -546,9 +558,21 @@ static void prune_locked(uint64_t listener, struct shunt_chan **gone)
 			drop_bell_locked(ch);
 			ch->next = *gone;
 			*gone = ch;
+			(*n)++;
 		} else {
 			p = &ch->next;
 		}
+	}
+}
+
+/* Put every channel of list @ch (linked by next). */
+static void put_all(struct shunt_chan *ch)
+{
+	struct shunt_chan *next;
+
+	for (; ch; ch = next) {
+		next = ch->next;
+		shunt_chan_put(ch);
 	}
 }
 
@@ -568,8 +592,14 @@ int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 	for (c = acceptors; c && c->id != ch->id; c = c->next)
 		;
 	if (!c) {
-		/* A new client's: a good time to let go of those that left. */
-		prune_locked(listener, &gone);
+		/* A new client's: a good time to drop those that left, unmapped once we sleep. */
+		prune_locked(listener, &departed, &ndeparted);
+		if (ndeparted > DEPARTED_MAX) {
+			gone = departed;
+			departed = NULL;
+			ndeparted = 0;
+		}
+		atomic_store_explicit(&any_departed, departed != NULL, memory_order_relaxed);
 		ch->next = acceptors;
 		acceptors = ch;
 		ch = NULL;
@@ -577,11 +607,23 @@ int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 	pthread_mutex_unlock(&list_lock);
 	if (ch)
 		shunt_chan_put(ch);	/* had it already */
-	while ((c = gone)) {
-		gone = c->next;
-		shunt_chan_put(c);
-	}
+	put_all(gone);
 	return 0;
+}
+
+void shunt_chan_let_go(void)
+{
+	struct shunt_chan *gone;
+
+	if (!atomic_load_explicit(&any_departed, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&list_lock);
+	gone = departed;
+	departed = NULL;
+	ndeparted = 0;
+	atomic_store_explicit(&any_departed, false, memory_order_relaxed);
+	pthread_mutex_unlock(&list_lock);
+	put_all(gone);
 }
 
 bool shunt_chan_pending(uint64_t listener)

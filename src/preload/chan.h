@@ -43,6 +43,13 @@ int shunt_chan_connect(int fd, const struct shunt_wire_addr *dst, struct shunt_c
 int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener);
 
 /*
+ * Before this process sleeps: unmap the acceptor channels whose clients
+ * left, which installing a new client's channel set aside (one load when
+ * there are none).
+ */
+void shunt_chan_let_go(void);
+
+/*
  * Take the oldest connection queued in this process's channels of listener
  * @listener, whose socket is bound to @laddr, and count it off its
  * channel's bell. Returns 0 with the connection (the acceptor's end) in

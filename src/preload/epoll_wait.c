@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/sys.h"
+#include "preload/chan.h"
 #include "preload/epoll.h"
 #include "preload/fault.h"
 #include "preload/notice.h"
@@ -255,6 +256,8 @@ static int sleep_kernel(struct shunt_epoll *ep, struct harvest *h, int64_t deadl
 		ts.tv_nsec = left % 1000000000;
 		tsp = &ts;
 	}
+	if (deadline < 0 || ts.tv_sec || ts.tv_nsec)
+		shunt_chan_let_go();
 	nk = (int)kernel_wait(ep->kfd, h->out + first, room, tsp, mask);
 	if (nk < 0 && errno == EFAULT) {
 		h->full = true;		/* the kernel kept the event it could not write */

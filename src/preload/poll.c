@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 
 #include "common/sys.h"
+#include "preload/chan.h"
 #include "preload/conn.h"
 #include "preload/epoll.h"
 #include "preload/fault.h"
@@ -219,6 +220,8 @@ static int kernel_poll(struct poll_set *ps, int nk, const struct timespec *ts,
 {
 	if (!nk && ts && !ts->tv_sec && !ts->tv_nsec)
 		return 0;
+	if (!ts || ts->tv_sec || ts->tv_nsec)
+		shunt_chan_let_go();
 	long r = shunt_syscall(SYS_ppoll, ps->k, nk, ts, mask, mask ? _NSIG / 8 : 0);
 
 	/* A filter that allows poll(2) and not ppoll (the program calls poll()). */

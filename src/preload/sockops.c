@@ -1158,6 +1158,7 @@ int shunt_op_accept(struct shunt_sock *s, int fd, struct sockaddr *addr, socklen
 			tsp = &ts;
 			stale = false;
 		}
+		shunt_chan_let_go();
 		r = shunt_listen_wait(s, p, tsp, &shared);
 		if (r < 0 && errno == EINTR && (deadline || !handlers_restart())) {
 			r = -EINTR;

@@ -201,6 +201,64 @@ def test_clients_that_come_and_go_leave_no_channels(daemon, shunt_cli, build_dir
     assert total.get("shm_connect", 0) == 200, total
 
 
+# Accepts without ever sleeping (a non-blocking listener polled in a loop),
+# echoes each connection until its client shuts it down, and on "count" prints how many
+# shunt-channel mappings it holds.
+BUSY_SERVER = textwrap.dedent("""\
+    import select, socket, sys
+
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(16)
+    ls.setblocking(False)
+    print(ls.getsockname()[1], flush=True)
+    while True:
+        try:
+            c, _ = ls.accept()
+        except BlockingIOError:
+            if select.select([sys.stdin], [], [], 0)[0]:
+                if sys.stdin.readline().strip() != "count":
+                    break
+                with open("/proc/self/maps") as f:
+                    print(sum("/memfd:shunt-channel " in l for l in f), flush=True)
+            continue
+        c.setblocking(True)
+        while data := c.recv(65536):
+            c.sendall(data)
+        c.close()
+""")
+
+
+def test_a_server_that_never_sleeps_keeps_few_channels(daemon, shunt_cli, build_dir, tools):
+    """A server unmaps the channels of clients that left when it next
+    sleeps, off the way of the client that came (docs/connect.md): one
+    that never sleeps still lets go of them once a few have waited, so
+    that its mappings do not grow with every client process it ever saw."""
+    storm = build_dir / "tests" / "control" / "storm"
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=daemon)
+    server = subprocess.Popen([str(shunt_cli()), "run", "--no-daemon", "--", sys.executable,
+                               "-c", BUSY_SERVER], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = server.stdout.readline().strip()
+        assert port.isdigit(), port
+        for i in range(40):
+            res = subprocess.run([str(shunt_cli()), "run", "--no-daemon", "--", str(storm),
+                                  "client", port, "1"],
+                                 input="run 1 0\nquit\n", capture_output=True, text=True,
+                                 env=dict(env, SHUNT_STATS="/dev/null"), timeout=60)
+            assert res.returncode == 0 and "done ok=1 " in res.stdout, res.stdout + res.stderr
+        server.stdin.write("count\n")
+        server.stdin.flush()
+        held = int(server.stdout.readline())
+        # The 16 set aside at most, the one just pruned past them, and the last client's.
+        assert 1 <= held <= 18, held
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_a_new_process_asks_shuntd_twice(daemon, shunt_cli, build_dir, tools, tmp_path):
     """A process that connects once to a listener under shunt waits for
     shuntd twice: HELLO, then CONNECT, whose reply brings the channel and
