@@ -247,7 +247,15 @@ void shuntd_link_request(struct shuntd *d, struct session *s, const struct shunt
 	struct session *p = shunt_map_get(&d->sessions, m->partner);
 	struct link *l;
 
-	/* Only a process it shares a circuit with may make us wake it (or itself). */
+	/*
+	 * Only a process it shares a circuit with may make us wake it (or
+	 * itself). The partner may not have asked us anything since it
+	 * journaled the circuit they share (a connect through a channel is
+	 * journaled only): read that first, or the link is refused and the
+	 * notice that needed it lost (a fork child answering a client).
+	 */
+	if (p && !p->ticket && p != s && !shuntd_hold_share_circuit(s, p))
+		shuntd_journal_read(d, p);
 	if (!p || p->ticket || (p != s && !shuntd_hold_share_circuit(s, p))) {
 		shuntd_session_reply_status(s, SHUNT_MSG_LINK, m->h.seq, -EPERM);
 		return;
