@@ -4,9 +4,11 @@
  * calls (so that it runs unmodified under `shunt run`); bench/connect.py
  * drives it.
  *
- *   conn server --port P [--workers N] [--ready-file F]
+ *   conn server --port P [--workers N] [--fork 1] [--ready-file F]
  *       accepts; per connection reads 1 byte, echoes it, closes (with
- *       --workers N, N forked processes accept on one listener, prefork).
+ *       --workers N, N forked processes accept on one listener, prefork;
+ *       with --fork 1, a child forked per connection closes the listener
+ *       and answers, as PostgreSQL's postmaster and inetd do).
  *   conn loop --port P --count N
  *       N times: socket, connect, write 1, read 1, close; each phase timed.
  *   conn burst --port P --count N
@@ -63,6 +65,7 @@ struct conn_args {
 	const char *ready_file;
 	bool gate;
 	bool connect;	/* spawn: whether each child connects */
+	bool fork;	/* server: a child per connection */
 };
 
 static struct sockaddr_in server_addr(uint16_t port)
@@ -137,11 +140,46 @@ static void serve_echo1(int lfd)
 	}
 }
 
+/* A child per connection: it closes the listener, answers and exits; we reap. */
+static void serve_forked(int lfd)
+{
+	for (;;) {
+		int fd = accept(lfd, NULL, NULL);
+		pid_t pid;
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			shunt_bench_die(errno, "accept");
+		}
+		pid = fork();
+		if (pid < 0)
+			shunt_bench_die(errno, "fork");
+		if (pid == 0) {
+			char c;
+
+			close(lfd);
+			if (recv(fd, &c, 1, 0) == 1)
+				send(fd, &c, 1, MSG_NOSIGNAL);
+			close(fd);
+			_exit(0);
+		}
+		close(fd);
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			;
+	}
+}
+
 static int run_server(const struct conn_args *a)
 {
 	int lfd = listen_on(a->port, 4096);
 	pid_t *kids;
 
+	if (a->fork) {
+		if (a->ready_file)
+			shunt_bench_ready_file(a->ready_file);
+		serve_forked(lfd);
+	}
 	if (a->workers <= 1) {
 		if (a->ready_file)
 			shunt_bench_ready_file(a->ready_file);
@@ -371,7 +409,8 @@ static int run_spawn(const struct conn_args *a)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: conn server|loop|burst|hold|sink|spawn|exit --port P [--count N] [--bytes B]\n"
-		   "            [--workers N] [--ready-file F] [--gate 1] [--connect 0]\n");
+		   "            [--workers N] [--fork 1] [--ready-file F] [--gate 1]\n"
+		   "            [--connect 0]\n");
 }
 
 int main(int argc, char **argv)
@@ -402,6 +441,8 @@ int main(int argc, char **argv)
 			a.gate = atoi(v) != 0;
 		else if (!strcmp(o, "--connect"))
 			a.connect = atoi(v) != 0;
+		else if (!strcmp(o, "--fork"))
+			a.fork = atoi(v) != 0;
 		else
 			shunt_bench_die(0, "unknown option %s", o);
 	}

@@ -23,6 +23,11 @@ Shapes:
            CPU time per process: of the whole machine (/proc/stat), and
            apart, of the children (their rusage), of the server's
            processes and of shuntd (/proc/PID/task/TID/schedstat).
+  forked   one client looping as in `loop` (--spawn connections) against a
+           server that forks a child per connection, which closes the
+           listener, answers and exits (PostgreSQL's postmaster, inetd):
+           time per connection, the fork of a process under shunt and its
+           child's session included.
   exec     the floor under spawn: the same parent and children, but each
            child makes no connection and exits (a shell script's commands):
            what loading the library costs a process that never uses a
@@ -49,7 +54,7 @@ from core import (REPO, free_tcp_port, last_json, log, mode_envs, read_stats, sp
                   stop_daemon, unix_listener_pids, wait_ready, write_doc)
 from machine import git_info, machine_info
 
-SHAPES = ["loop", "burst", "prefork", "workers", "spawn", "exec", "memory"]
+SHAPES = ["loop", "burst", "prefork", "workers", "forked", "spawn", "exec", "memory"]
 PREFORK = 4
 
 
@@ -62,7 +67,7 @@ class Bench:
         self.kernel_env, self.shunt_env = mode_envs(tmp)
         self.seq = 0
 
-    def session(self, mode, workers, clients, connects=True):
+    def session(self, mode, workers, clients, connects=True, forked=False):
         """A server with @workers, then @clients (argv lists) at once; their
         JSON reports, and under shunt whether every connection used shared
         memory (SHUNT_STATS of both sides; None when @connects is false:
@@ -76,7 +81,7 @@ class Bench:
         port = free_tcp_port()
         ready = os.path.join(self.tmp, "ready.%d" % self.seq)
         srv = spawn(pre + [self.conn, "server", "--port", str(port), "--workers", str(workers),
-                           "--ready-file", ready], env)
+                           "--fork", "1" if forked else "0", "--ready-file", ready], env)
         procs = []
         try:
             wait_ready(ready, srv, "conn server")
@@ -220,6 +225,20 @@ def do_workers(b, args, mode):
     return once, ("per_conn_us",)
 
 
+def do_forked(b, args, mode):
+    def once():
+        recs, _, on_shm = b.session(mode, 1, [["loop", "--count", str(args.spawn)]],
+                                    forked=True)
+        r = recs[0]
+        return {"per_conn_us": r["per_conn_us"], "connect_us": r["connect"]["mean_us"],
+                "echo_us": r["echo"]["mean_us"], "close_us": r["close"]["mean_us"],
+                "cpu_per_conn_us": b.last_busy_s * 1e6 / args.spawn,
+                "server_cpu_us": b.last_server_s * 1e6 / args.spawn,
+                "shuntd_cpu_us": b.last_daemon_s * 1e6 / args.spawn, "on_shm": on_shm}
+    return once, ("per_conn_us", "connect_us", "echo_us", "close_us", "cpu_per_conn_us",
+                  "server_cpu_us", "shuntd_cpu_us")
+
+
 def spawned(b, args, mode, connect):
     """--spawn processes one after another, each connecting once (or, without
     @connect, not at all): time and CPU per process."""
@@ -282,6 +301,14 @@ def targets(doc):
         add(s["per_conn_us"] <= k["per_conn_us"],
             "workers: one client against %d: %.1f us per connection, kernel %.1f us "
             "(need <= kernel)" % (PREFORK, s["per_conn_us"], k["per_conn_us"]))
+    if "forked" in doc:
+        k, s = doc["forked"]["kernel"], doc["forked"]["shunt"]
+        add(s["per_conn_us"] <= k["per_conn_us"],
+            "forked: a child forked per connection: %.0f us per connection, kernel %.0f us "
+            "(need <= kernel); CPU of the whole machine %.0f us, kernel %.0f (the forking parent "
+            "%.0f against %.0f, shuntd %.0f)" % (
+                s["per_conn_us"], k["per_conn_us"], s["cpu_per_conn_us"], k["cpu_per_conn_us"],
+                s["server_cpu_us"], k["server_cpu_us"], s["shuntd_cpu_us"]))
     for shape, what in (("spawn", "connects once"), ("exec", "makes no connection")):
         if shape in doc:
             k, s = doc[shape]["kernel"], doc[shape]["shunt"]
@@ -318,6 +345,7 @@ def plot(doc, path):
               ("burst", [("open_s", "open"), ("close_s", "close")], "s"),
               ("prefork", [("conns_per_s", "connections/s")], "/s"),
               ("workers", [("per_conn_us", "per connection")], "us"),
+              ("forked", [("per_conn_us", "per connection")], "us"),
               ("spawn", [("per_process_us", "per process")], "us"),
               ("exec", [("per_process_us", "per process")], "us")]
     panels = [p for p in panels if p[0] in doc]
@@ -344,7 +372,8 @@ def main():
     p.add_argument("--count", type=int, default=3000, help="connections per loop client")
     p.add_argument("--burst", type=int, default=10000, help="connections opened at once")
     p.add_argument("--spawn", type=int, default=500,
-                   help="processes that connect once each (spawn), or not at all (exec)")
+                   help="processes that connect once each (spawn), or not at all (exec); "
+                        "connections to the forking server (forked)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--out")
@@ -355,7 +384,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     doc = {"machine": machine_info(), "git": git_info(REPO), "args": vars(args)}
     fns = {"loop": do_loop, "burst": do_burst, "prefork": do_prefork, "workers": do_workers,
-           "spawn": do_spawn, "exec": do_exec}
+           "forked": do_forked, "spawn": do_spawn, "exec": do_exec}
     with tempfile.TemporaryDirectory(prefix="shunt-connect-") as tmp:
         b = Bench(args, tmp)
         try:
