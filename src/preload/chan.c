@@ -615,9 +615,14 @@ void shunt_chan_let_go(void)
 {
 	struct shunt_chan *gone;
 
-	if (!atomic_load_explicit(&any_departed, memory_order_relaxed))
+	/*
+	 * Only if nobody holds the lock: a poll() in a signal handler that
+	 * interrupted this process's channel code must not wait for it, and
+	 * the next sleep will do as well.
+	 */
+	if (!atomic_load_explicit(&any_departed, memory_order_relaxed) ||
+	    pthread_mutex_trylock(&list_lock))
 		return;
-	pthread_mutex_lock(&list_lock);
 	gone = departed;
 	departed = NULL;
 	ndeparted = 0;
