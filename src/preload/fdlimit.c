@@ -41,9 +41,10 @@
  * many containers set it, or a program that raises its soft limit to the
  * hard one), nothing can be put above the program's range. The library's
  * descriptors then take the highest free numbers below the limit (a window
- * of TOP_WINDOW, growing to a quarter of the range): the program meets them
- * only after it has used nearly all of its own, and reaches EMFILE that many
- * descriptors early (docs/differences.md). Presenting a lower limit instead
+ * of TOP_WINDOW, growing to a quarter of the range), or below TOP_END in a
+ * larger range: the program reaches EMFILE that many descriptors early
+ * (docs/differences.md), and in a range larger than TOP_END its numbers
+ * past the window's go around it. Presenting a lower limit instead
  * would have made every such program see a different getrlimit, for a
  * difference only a program at its very limit can notice.
  *
@@ -70,6 +71,15 @@ enum {
 	RESERVE = 256,		/* first size of the reserve above the program's limit */
 	RESERVE_MIN = 16,	/* less room than this above the limit: treated as none */
 	TOP_WINDOW = 64,	/* without room above: the top numbers used, at first */
+	/*
+	 * ...the top of the first TOP_END numbers, when the range is larger
+	 * (or of four times the window, once it grew past a quarter of
+	 * them). The kernel's table of a process's descriptors covers its
+	 * highest number, and every fork copies it: at 20,000 that cost a
+	 * forking server 52 us per child; at 1,048,576 (soft = hard, as
+	 * containers often set it) it would be 8 MiB per process.
+	 */
+	TOP_END = 4096,
 	MARGIN_MIN = 8,		/* "near the limit": within limit/16, at least this... */
 	MARGIN_MAX = 256,	/* ...and at most this */
 };
@@ -115,6 +125,14 @@ static long as_long(rlim_t v)
 	return v > LONG_MAX ? LONG_MAX : (long)v;
 }
 
+/* Where MODE_TOP's window ends: the first number above it. Under lim_lock. */
+static rlim_t top_end_locked(void)
+{
+	rlim_t end = window > TOP_END / 4 ? 4 * window : TOP_END;
+
+	return prog.rlim_cur < end ? prog.rlim_cur : end;
+}
+
 /* Make the published values say what the locked state says. Under lim_lock. */
 static void publish_locked(bool set_up)
 {
@@ -133,7 +151,8 @@ static void publish_locked(bool set_up)
 	else if (mode == MODE_ABOVE)
 		atomic_store_explicit(&base_at, limit, memory_order_relaxed);
 	else
-		atomic_store_explicit(&base_at, limit - as_long(window), memory_order_relaxed);
+		atomic_store_explicit(&base_at, as_long(top_end_locked() - window),
+				      memory_order_relaxed);
 }
 
 static void top_window_locked(void)
