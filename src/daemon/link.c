@@ -245,6 +245,7 @@ static void reply_link(struct session *s, uint16_t type, uint32_t seq, struct li
 void shuntd_link_request(struct shuntd *d, struct session *s, const struct shunt_msg_link *m)
 {
 	struct session *p = shunt_map_get(&d->sessions, m->partner);
+	bool allowed = p && !p->ticket;
 	struct link *l;
 
 	/*
@@ -254,9 +255,11 @@ void shuntd_link_request(struct shuntd *d, struct session *s, const struct shunt
 	 * journaled only): read that first, or the link is refused and the
 	 * notice that needed it lost (a fork child answering a client).
 	 */
-	if (p && !p->ticket && p != s && !shuntd_hold_share_circuit(s, p))
+	if (allowed && p != s && !shuntd_hold_share_circuit(s, p)) {
 		shuntd_journal_read(d, p);
-	if (!p || p->ticket || (p != s && !shuntd_hold_share_circuit(s, p))) {
+		allowed = shuntd_hold_share_circuit(s, p);
+	}
+	if (!allowed) {
 		shuntd_session_reply_status(s, SHUNT_MSG_LINK, m->h.seq, -EPERM);
 		return;
 	}
