@@ -576,6 +576,17 @@ static void put_all(struct shunt_chan *ch)
 	}
 }
 
+/* Every departed channel, the list left empty. Under list_lock. */
+static struct shunt_chan *take_departed_locked(void)
+{
+	struct shunt_chan *gone = departed;
+
+	departed = NULL;
+	ndeparted = 0;
+	atomic_store_explicit(&any_departed, false, memory_order_relaxed);
+	return gone;
+}
+
 int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 {
 	struct shunt_chan *ch, *c, *gone = NULL;
@@ -594,12 +605,10 @@ int shunt_chan_install_listener(struct shunt_grant *g, uint64_t listener)
 	if (!c) {
 		/* A new client's: a good time to drop those that left, unmapped once we sleep. */
 		prune_locked(listener, &departed, &ndeparted);
-		if (ndeparted > DEPARTED_MAX) {
-			gone = departed;
-			departed = NULL;
-			ndeparted = 0;
-		}
-		atomic_store_explicit(&any_departed, departed != NULL, memory_order_relaxed);
+		if (ndeparted > DEPARTED_MAX)
+			gone = take_departed_locked();
+		else
+			atomic_store_explicit(&any_departed, departed != NULL, memory_order_relaxed);
 		ch->next = acceptors;
 		acceptors = ch;
 		ch = NULL;
@@ -623,10 +632,7 @@ void shunt_chan_let_go(void)
 	if (!atomic_load_explicit(&any_departed, memory_order_relaxed) ||
 	    pthread_mutex_trylock(&list_lock))
 		return;
-	gone = departed;
-	departed = NULL;
-	ndeparted = 0;
-	atomic_store_explicit(&any_departed, false, memory_order_relaxed);
+	gone = take_departed_locked();
 	pthread_mutex_unlock(&list_lock);
 	put_all(gone);
 }
