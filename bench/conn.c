@@ -122,46 +122,48 @@ static int connect_to(uint16_t port)
 	return fd;
 }
 
-/* One worker: accept, read 1, write 1, close, forever. */
-static void serve_echo1(int lfd)
+/* The next connection on @lfd, past interruptions and connections reset while queued. */
+static int accept_next(int lfd)
 {
 	for (;;) {
 		int fd = accept(lfd, NULL, NULL);
-		char c;
 
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
+		if (fd >= 0)
+			return fd;
+		if (errno != EINTR && errno != ECONNABORTED)
 			shunt_bench_die(errno, "accept");
-		}
-		if (recv(fd, &c, 1, 0) == 1)
-			send(fd, &c, 1, MSG_NOSIGNAL);
-		close(fd);
 	}
+}
+
+/* Read 1 byte, echo it, close. */
+static void echo1(int fd)
+{
+	char c;
+
+	if (recv(fd, &c, 1, 0) == 1)
+		send(fd, &c, 1, MSG_NOSIGNAL);
+	close(fd);
+}
+
+/* One worker: accept, read 1, write 1, close, forever. */
+static void serve_echo1(int lfd)
+{
+	for (;;)
+		echo1(accept_next(lfd));
 }
 
 /* A child per connection: it closes the listener, answers and exits; we reap. */
 static void serve_forked(int lfd)
 {
 	for (;;) {
-		int fd = accept(lfd, NULL, NULL);
-		pid_t pid;
+		int fd = accept_next(lfd);
+		pid_t pid = fork();
 
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			shunt_bench_die(errno, "accept");
-		}
-		pid = fork();
 		if (pid < 0)
 			shunt_bench_die(errno, "fork");
 		if (pid == 0) {
-			char c;
-
 			close(lfd);
-			if (recv(fd, &c, 1, 0) == 1)
-				send(fd, &c, 1, MSG_NOSIGNAL);
-			close(fd);
+			echo1(fd);
 			_exit(0);
 		}
 		close(fd);
