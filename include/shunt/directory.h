@@ -21,6 +21,12 @@
  * (include/shunt/chan.h), so that an acceptor learns of a new client's
  * channel from memory no client can write, without waiting for a count on
  * its bell, which its client may never ring (docs/connect.md, "The doorbell").
+ *
+ * And, per listener, how many sessions hold it, so that a process that
+ * closes a listener someone else still holds (a fork child closing what
+ * its parent listens on) need not wait for shuntd: that close changes
+ * nothing anyone can see, as a close of one of several references to a
+ * kernel socket does not (docs/connect.md, "Around fork").
  */
 #ifndef SHUNT_DIRECTORY_H
 #define SHUNT_DIRECTORY_H
@@ -32,7 +38,7 @@
 #include "shunt/circuit.h"
 
 #define SHUNT_DIRECTORY_MAGIC 0x72696473u /* "sdir" little-endian */
-#define SHUNT_DIRECTORY_VERSION 2u
+#define SHUNT_DIRECTORY_VERSION 3u
 
 enum shunt_directory_geometry {
 	SHUNT_DIRECTORY_WORDS = 65536 / 64,	/* one bit per port */
@@ -59,7 +65,37 @@ struct shunt_directory {
 	 * epoch; one bumped for another only costs a question.
 	 */
 	alignas(SHUNT_SHARE_APART) _Atomic uint32_t chan_epoch[SHUNT_DIRECTORY_EPOCHS];
+	/*
+	 * Listener l's holders are in holds[l % SHUNT_DIRECTORY_EPOCHS], in the
+	 * directory of its namespace: shunt_directory_hold(l, n), n the number
+	 * of sessions (fork tickets among them) that hold it, 0 once it is
+	 * gone. Listeners whose ids share an entry take turns; a reader that
+	 * finds another id there knows nothing.
+	 */
+	_Atomic uint64_t holds[SHUNT_DIRECTORY_EPOCHS];
 };
+
+enum {
+	SHUNT_DIRECTORY_HOLD_BITS = 16,		/* the count's, below the listener's id */
+	SHUNT_DIRECTORY_HOLD_MAX = (1 << SHUNT_DIRECTORY_HOLD_BITS) - 1,
+};
+
+/* An entry of holds[]: listener @id (its low 48 bits) held by @n sessions (saturated). */
+static inline uint64_t shunt_directory_hold(uint64_t id, uint32_t n)
+{
+	if (n > SHUNT_DIRECTORY_HOLD_MAX)
+		n = SHUNT_DIRECTORY_HOLD_MAX;
+	return id << SHUNT_DIRECTORY_HOLD_BITS | n;
+}
+
+/* How many sessions hold listener @id by @entry, or 0 when it is another's. */
+static inline uint32_t shunt_directory_holders(uint64_t entry, uint64_t id)
+{
+	if (entry >> SHUNT_DIRECTORY_HOLD_BITS != (id << SHUNT_DIRECTORY_HOLD_BITS) >>
+	    SHUNT_DIRECTORY_HOLD_BITS)
+		return 0;
+	return (uint32_t)(entry & SHUNT_DIRECTORY_HOLD_MAX);
+}
 
 static inline size_t shunt_directory_size(void)
 {

@@ -16,7 +16,7 @@
 enum shunt_msg_type {
 	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied + daemon link */
 	SHUNT_MSG_LISTEN = 2,		/* lib -> d + listening socket, replied + bells, doorbell, announce */
-	SHUNT_MSG_UNLISTEN = 3,		/* lib -> d, replied once done */
+	SHUNT_MSG_UNLISTEN = 3,		/* lib -> d, replied once done (unless UNANSWERED) */
 	SHUNT_MSG_CONNECT = 4,		/* lib -> d + bound socket, replied (+ circuit) */
 	SHUNT_MSG_ACCEPT = 5,		/* lib -> d + listening socket, replied (+ circuit) */
 	SHUNT_MSG_CLOSE = 6,		/* lib -> d, replied only with SHUNT_CLOSE_SHARED */
@@ -167,6 +167,11 @@ struct shunt_msg_listen_reply {
 enum shunt_unlisten_flags {
 	/* shutdown(SHUT_RD): the socket stops listening for every holder, not just this one. */
 	SHUNT_UNLISTEN_SHUTDOWN = 1u << 0,
+	/*
+	 * Not answered: another session holds the listener too, so this
+	 * holder's leaving changes nothing anyone sees, and it does not wait.
+	 */
+	SHUNT_UNLISTEN_UNANSWERED = 1u << 1,
 };
 
 struct shunt_msg_unlisten {

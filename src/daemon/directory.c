@@ -53,6 +53,18 @@ static struct shunt_directory *dir_of(struct shuntd *d, uint64_t inode)
 	return ns && ns->dir ? ns->dir->map : NULL;
 }
 
+/* How many sessions hold @l, into its entry of @dir. */
+static void publish_holds(struct shunt_directory *dir, const struct listener *l)
+{
+	const struct shunt_list *pos;
+	uint32_t n = 0;
+
+	shunt_list_for_each(pos, &l->holds)
+		n++;
+	atomic_store_explicit(&dir->holds[l->id % SHUNT_DIRECTORY_EPOCHS],
+			      shunt_directory_hold(l->id, n), memory_order_release);
+}
+
 /* A directory for @ns as things stand: every wide port, and the ports listened on in @ns. */
 static struct ns_directory *dir_make(struct shuntd *d, struct netns *ns)
 {
@@ -78,8 +90,10 @@ static struct ns_directory *dir_make(struct shuntd *d, struct netns *ns)
 		if (count_wide[port])
 			set_bit(nd->map->wide, (uint16_t)port, true);
 	while ((l = shunt_map_next(&d->listeners, &it, &key)))
-		if (l->netns == ns->inode)
+		if (l->netns == ns->inode) {
 			set_bit(nd->map->any, l->addr.port, true);
+			publish_holds(nd->map, l);
+		}
 	return nd;
 }
 
@@ -143,4 +157,13 @@ void shuntd_directory_channel(struct shuntd *d, const struct listener *l)
 	if (own)
 		atomic_fetch_add_explicit(&own->chan_epoch[l->id % SHUNT_DIRECTORY_EPOCHS], 1,
 					  memory_order_release);
+}
+
+void shuntd_directory_holds(struct shuntd *d, const struct listener *l)
+{
+	struct shunt_directory *own = dir_of(d, l->netns);
+
+	/* Before the reply that made the holder (a FORK's ticket): its child reads it. */
+	if (own)
+		publish_holds(own, l);
 }

@@ -161,7 +161,7 @@ static int keep(struct shuntd *d, struct session *s, struct session *t,
 			return -ENOENT;
 		if (shuntd_hold_find_listener(t, l))
 			return 0;
-		return shuntd_hold_listener(l, t) ? 0 : -ENOMEM;
+		return shuntd_hold_listener(d, l, t) ? 0 : -ENOMEM;
 	}
 	c = shunt_map_get(&d->circuits, m->circuit);
 	if (!c || m->end > 1 || !shuntd_hold_find_end(s, c, m->end))

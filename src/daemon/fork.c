@@ -58,7 +58,7 @@ struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent)
 }
 
 /* Give the ticket a hold on everything the parent holds. */
-static int copy_holds(struct session *parent, struct session *t)
+static int copy_holds(struct shuntd *d, struct session *parent, struct session *t)
 {
 	struct shunt_list *pos;
 
@@ -69,7 +69,7 @@ static int copy_holds(struct session *parent, struct session *t)
 			if (!shuntd_hold_end(h->circuit, h->end, t))
 				return -ENOMEM;
 			atomic_fetch_add(&h->circuit->hdr->end[h->end].holders, 1);
-		} else if (!shuntd_hold_listener(h->listener, t)) {
+		} else if (!shuntd_hold_listener(d, h->listener, t)) {
 			return -ENOMEM;
 		}
 	}
@@ -85,7 +85,7 @@ void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_for
 		shuntd_session_reply_status(s, SHUNT_MSG_FORK, m->h.seq, -ENOMEM);
 		return;
 	}
-	if (copy_holds(s, t) < 0) {
+	if (copy_holds(d, s, t) < 0) {
 		shuntd_session_close(d, t);
 		shuntd_session_reply_status(s, SHUNT_MSG_FORK, m->h.seq, -ENOMEM);
 		return;

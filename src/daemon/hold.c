@@ -38,7 +38,7 @@ struct hold *shuntd_hold_end(struct circuit *c, unsigned end, struct session *s)
 	return h;
 }
 
-struct hold *shuntd_hold_listener(struct listener *l, struct session *s)
+struct hold *shuntd_hold_listener(struct shuntd *d, struct listener *l, struct session *s)
 {
 	int announce = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
 	struct hold *h = announce >= 0 ? hold_new(s, &l->holds) : NULL;
@@ -50,6 +50,7 @@ struct hold *shuntd_hold_listener(struct listener *l, struct session *s)
 	}
 	h->listener = l;
 	h->announce = announce;
+	shuntd_directory_holds(d, l);
 	return h;
 }
 
@@ -120,6 +121,8 @@ void shuntd_hold_release(struct shuntd *d, struct hold *h, bool died)
 		shuntd_circuit_end_done(d, c, end, died);
 	if (l && shunt_list_empty(&l->holds))
 		shuntd_listener_destroy(d, l);
+	else if (l)
+		shuntd_directory_holds(d, l);
 }
 
 bool shuntd_hold_share_circuit(struct session *a, struct session *b)

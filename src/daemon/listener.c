@@ -117,6 +117,7 @@ static void leave(struct shuntd *d, struct listener *l)
 			}
 	}
 	shuntd_directory_listener(d, l, -1);
+	shuntd_directory_holds(d, l);	/* nobody now */
 }
 
 static struct listener *find_inode(struct shuntd *d, uint64_t netns, uint64_t inode)
@@ -175,7 +176,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	l = find_inode(d, f.netns, f.inode);
 	if (l) {
 		shuntd_netns_put(d, ns);
-		if (!shuntd_hold_find_listener(s, l) && !shuntd_hold_listener(l, s)) {
+		if (!shuntd_hold_find_listener(s, l) && !shuntd_hold_listener(d, l, s)) {
 			shuntd_session_reply_status(s, SHUNT_MSG_LISTEN, m->h.seq, -ENOMEM);
 			return;
 		}
@@ -207,7 +208,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	shunt_list_init(&l->channels);
 	if (r == 0)
 		r = enter(d, l);
-	if (r == 0 && !shuntd_hold_listener(l, s)) {
+	if (r == 0 && !shuntd_hold_listener(d, l, s)) {
 		leave(d, l);
 		r = -ENOMEM;
 	}
@@ -240,7 +241,9 @@ void shuntd_listener_unregister(struct shuntd *d, struct session *s,
 		shuntd_listener_destroy(d, l);
 	else if (h)
 		shuntd_hold_release(d, h, false);	/* the last one destroys it */
-	shuntd_session_reply_status(s, SHUNT_MSG_UNLISTEN, m->h.seq, h ? SHUNT_OK : -ENOENT);
+	if (!(m->flags & SHUNT_UNLISTEN_UNANSWERED))
+		shuntd_session_reply_status(s, SHUNT_MSG_UNLISTEN, m->h.seq,
+					    h ? SHUNT_OK : -ENOENT);
 }
 
 struct session *shuntd_listener_holder(struct listener *l)

@@ -418,8 +418,11 @@ const char *shuntd_session_comm(struct session *s);
 
 /* hold.c: who holds what */
 struct hold *shuntd_hold_end(struct circuit *c, unsigned end, struct session *s);
-/* A hold of @l by @s, with its announce eventfd; NULL if out of memory or descriptors. */
-struct hold *shuntd_hold_listener(struct listener *l, struct session *s);
+/*
+ * A hold of @l by @s, with its announce eventfd; NULL if out of memory or
+ * descriptors. The count of @l's holders is published at once.
+ */
+struct hold *shuntd_hold_listener(struct shuntd *d, struct listener *l, struct session *s);
 /* Free @h, taken off its lists already. */
 void shuntd_hold_free(struct hold *h);
 struct hold *shuntd_hold_find_end(struct session *s, struct circuit *c, unsigned end);
@@ -726,6 +729,8 @@ int shuntd_directory_fd(struct shuntd *d, struct netns *ns);
 void shuntd_directory_ns_gone(struct netns *ns);
 void shuntd_directory_listener(struct shuntd *d, const struct listener *l, int delta);
 void shuntd_directory_channel(struct shuntd *d, const struct listener *l);
+/* Publish how many sessions hold @l now (0 once it is gone). */
+void shuntd_directory_holds(struct shuntd *d, const struct listener *l);
 
 /* shm.c: a sealed, anonymous memfd of @size bytes, or -errno */
 int shuntd_memfd_sealed(const char *name, size_t size);

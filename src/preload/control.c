@@ -639,6 +639,17 @@ void shunt_ctl_unlisten(uint64_t listener, bool shutdown)
 	m.listener = listener;
 	m.flags = shutdown ? SHUNT_UNLISTEN_SHUTDOWN : 0;
 	/*
+	 * Held by another session too (a fork child closing what its parent
+	 * listens on): like the close of one of several references to a
+	 * kernel socket, it changes nothing anyone can see. shuntd hears of
+	 * it before any later request of ours, and nobody waits for it.
+	 */
+	if (!shutdown && shunt_directory_listener_holders(listener) >= 2) {
+		m.flags |= SHUNT_UNLISTEN_UNANSWERED;
+		notify(&m);
+		return;
+	}
+	/*
 	 * Waited for: the port and the queue must be as the kernel leaves
 	 * them when close() returns. Only on the session that knows the
 	 * listener: a new one (shuntd restarted) would not.

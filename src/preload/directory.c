@@ -71,3 +71,15 @@ uint32_t shunt_directory_chan_epoch(uint64_t listener)
 	return atomic_load_explicit(&d->chan_epoch[listener % SHUNT_DIRECTORY_EPOCHS],
 				    memory_order_acquire);
 }
+
+uint32_t shunt_directory_listener_holders(uint64_t listener)
+{
+	const struct shunt_directory *d = atomic_load_explicit(&dir, memory_order_acquire);
+	uint64_t entry;
+
+	if (!d || !atomic_load_explicit(&dir_valid, memory_order_acquire))
+		return 0;
+	entry = atomic_load_explicit(&d->holds[listener % SHUNT_DIRECTORY_EPOCHS],
+				     memory_order_acquire);
+	return shunt_directory_holders(entry, listener);
+}

@@ -34,4 +34,11 @@ bool shunt_directory_nobody_listens(const struct shunt_wire_addr *dst);
  */
 uint32_t shunt_directory_chan_epoch(uint64_t listener);
 
+/*
+ * How many sessions hold listener @listener, as shuntd last published it
+ * (this one among them); 0 when it is not known (no directory, or another
+ * listener's count in its entry).
+ */
+uint32_t shunt_directory_listener_holders(uint64_t listener);
+
 #endif

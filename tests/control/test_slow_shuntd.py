@@ -229,3 +229,92 @@ def test_connects_do_not_wait_for_a_stopped_shuntd(netns, daemon, shunt_cli, too
     assert main["shm_connect"] == 1 + 20 + 5, main
     assert late["late_waits"] == 1 and late["fallback_late"] == 5, late
     assert late.get("shm_connect", 0) == 0, late
+
+
+FORK_CLOSE = textwrap.dedent("""\
+    import os, socket, sys
+
+    def echo_once(ls, port):
+        c = socket.create_connection(("127.0.0.1", port))
+        a, _ = ls.accept()
+        c.sendall(b"x")
+        a.sendall(a.recv(1))
+        got = c.recv(1)
+        a.close()
+        c.close()
+        return got == b"x"
+
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(8)
+    port = ls.getsockname()[1]
+    warm = echo_once(ls, port)
+    r, w = os.pipe()
+    started_r, started_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(started_w, b"s")  # fork() returned here: the child has its session
+        os.read(r, 1)
+        ls.close()              # the child's copy: the parent still listens
+        print("child closed", flush=True)
+        os._exit(0)
+    os.read(started_r, 1)
+    print("warm", warm, flush=True)
+    sys.stdin.readline()        # shuntd is stopped now
+    os.write(w, b"g")
+    os.waitpid(pid, 0)
+    print("child gone", flush=True)
+    sys.stdin.readline()        # shuntd runs again
+    print("parent accepts", echo_once(ls, port), flush=True)
+    ls.close()
+    try:
+        socket.create_connection(("127.0.0.1", port)).close()
+        print("then connected", flush=True)
+    except ConnectionRefusedError:
+        print("then refused", flush=True)
+    """)
+
+
+def fork_close_scene(pre, env, tmp_path, daemon_proc=None):
+    """FORK_CLOSE under @pre, shuntd (if given) stopped while the child
+    closes its copy of the listener: every line the program printed."""
+    prog_py = tmp_path / "fork_close.py"
+    prog_py.write_text(FORK_CLOSE)
+    prog = Prog(pre + [sys.executable, str(prog_py)], env)
+    try:
+        out = [prog.line()]
+        if daemon_proc:
+            os.kill(daemon_proc.pid, signal.SIGSTOP)
+        prog.proc.stdin.write("\n")
+        prog.proc.stdin.flush()
+        # Within seconds while shuntd is stopped: the close did not wait for it.
+        out += [prog.line(timeout=10), prog.line(timeout=10)]
+        if daemon_proc:
+            os.kill(daemon_proc.pid, signal.SIGCONT)
+        out += [prog.ask(""), prog.line()]
+        prog.end()
+    finally:
+        prog.proc.kill()
+        prog.proc.wait()
+    return out
+
+
+def test_a_fork_child_closing_a_shared_listener_does_not_wait(daemon, shunt_cli, tools,
+                                                              tmp_path):
+    """A child that closes the listener its parent still holds changes
+    nothing anyone sees, as with the kernel: it does not wait for shuntd
+    (which is stopped meanwhile). The parent then accepts as before, and
+    once it closes too, a connect is refused."""
+    (tmp_path / "plain").mkdir()
+    plain = fork_close_scene([], tools.plain_env(), tmp_path / "plain")
+    assert plain == ["warm True", "child closed", "child gone", "parent accepts True",
+                     "then refused"], plain
+
+    proc, sock = daemon
+    stats = tmp_path / "stats.jsonl"
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=sock, SHUNT_STATS=str(stats))
+    out = fork_close_scene([str(shunt_cli()), "run", "--"], env, tmp_path, daemon_proc=proc)
+    assert out == plain, out
+    per_pid, _ = tools.read_stats(stats)
+    assert sum(st.get("shm_connect", 0) for st in per_pid) >= 2, per_pid
