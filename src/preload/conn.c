@@ -771,8 +771,12 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 		if (!abort)
 			shunt_conn_push(c);
 		r = shunt_ctl_close(c->circuit, c->end, true);
-		/* Without shuntd's word, better a connection ended early than one never ended. */
-		if (r == SHUNT_LAST || r < 0)
+		/*
+		 * Without shuntd's word, better a connection ended early than one
+		 * never ended; unless we are a fork child whose claim was refused,
+		 * which holds nothing of its parent's (fork.c, orphan_inherited).
+		 */
+		if (r == SHUNT_LAST || (r < 0 && !shunt_ctl_claim_refused()))
 			publish_close(c, abort);
 	}
 	atomic_fetch_add(&shunt_stats.shm_tx_bytes, shunt_conn_tx_bytes(c));

@@ -38,7 +38,8 @@ static uint32_t ctl_seq;		/* under ctl_lock */
 static int64_t ctl_retry_at;		/* under ctl_lock: no reconnect before */
 static bool ctl_warned;			/* under ctl_lock */
 static bool ctl_had_session;		/* under ctl_lock: a session was opened before */
-static bool ctl_claimed;		/* under ctl_lock: the last HELLO claimed a ticket */
+/* A fork child's claim of its parent's ticket, sent without waiting for it (fork.h). */
+static enum { CLAIM_NONE, CLAIM_SENT, CLAIM_GRANTED, CLAIM_REFUSED } claim_state; /* ctl_lock */
 static _Atomic uint64_t session_id;	/* written under ctl_lock; 0: no session */
 static uint64_t claim_ticket, claim_secret;	/* under ctl_lock: a fork child's first HELLO */
 static bool claim_exec;			/* under ctl_lock: a new image's first HELLO */
@@ -51,6 +52,12 @@ static int exec_claimed = -ENOENT;	/* under ctl_lock: what that HELLO's claim sa
  */
 static int64_t ctl_patience_ns = 200000000;	/* SHUNT_CONNECT_WAIT_US */
 static bool ctl_hello_pending;		/* under ctl_lock: HELLO sent, not answered */
+/*
+ * Under ctl_lock: that HELLO was sent with nobody waiting (a fork child's
+ * claim), so it is not late yet: the first request with a deadline waits
+ * for it until then, as a new process's first connect waits for its HELLO.
+ */
+static bool ctl_hello_unwaited;
 static struct shunt_msg_hello ctl_hello;	/* under ctl_lock: that HELLO */
 static bool ctl_late;			/* under ctl_lock: a CONNECT was given up on... */
 static uint32_t ctl_late_seq;		/* ...this one (or an ACCEPT)... */
@@ -91,6 +98,7 @@ void shunt_ctl_after_fork(void)
 	ctl_fd = -1;
 	ctl_retry_at = 0;
 	claim_ticket = 0;
+	claim_state = CLAIM_NONE;
 	ctl_hello_pending = ctl_late = false;
 	atomic_store(&session_id, 0);
 }
@@ -112,6 +120,9 @@ static void drop_session(const char *why, int err)
 	shunt_close_hidden(ctl_fd);
 	ctl_fd = -1;
 	ctl_hello_pending = ctl_late = false;
+	/* A claim that got no answer holds nothing for us. */
+	if (claim_state == CLAIM_SENT)
+		claim_state = CLAIM_REFUSED;
 	atomic_store(&session_id, 0);
 	ctl_retry_at = shunt_now_ns() + 1000000000;
 	shunt_relisten_lost();
@@ -215,6 +226,9 @@ static int reply_ready_locked(int64_t deadline)
 /* The HELLO's reply is in @a (status @r): take the session it opens. */
 static int hello_answered_locked(int r, struct answer *a)
 {
+	/* A claim is granted only by a reply that opens the session below. */
+	if (ctl_hello.flags & SHUNT_HELLO_CLAIM)
+		claim_state = CLAIM_REFUSED;
 	if (r == -EMFILE || (r == SHUNT_OK && a->truncated)) {
 		/* Out of descriptors: shuntd ends the session it began when we close. */
 		shunt_close_replies(a->fds, a->nfds);
@@ -234,7 +248,6 @@ static int hello_answered_locked(int r, struct answer *a)
 	const struct shunt_msg_hello_reply *hr = (const void *)a->buf;
 	bool claimed = (ctl_hello.flags & SHUNT_HELLO_CLAIM) && !hr->claim;
 
-	ctl_claimed = claimed;
 	if (ctl_hello.flags & SHUNT_HELLO_EXEC)
 		exec_claimed = hr->claim;
 
@@ -246,6 +259,8 @@ static int hello_answered_locked(int r, struct answer *a)
 		return -ENOTCONN;
 	}
 	atomic_store(&session_id, hr->session);
+	if (claimed)
+		claim_state = CLAIM_GRANTED;
 	if (ctl_warned && ctl_had_session)
 		shunt_info("shuntd at %s answers again", ctl_addr.sun_path);
 	ctl_warned = false;
@@ -266,6 +281,9 @@ static int hello_reply_locked(int64_t deadline)
 	struct answer a = { .want = 5 };
 	int r = reply_ready_locked(deadline);
 
+	/* Waited for (or given up on): late from now on, if it is not here. */
+	if (deadline)
+		ctl_hello_unwaited = false;
 	if (r == 0) {
 		if (deadline)
 			shunt_stats.late_waits++;
@@ -288,8 +306,11 @@ static int open_session_locked(int64_t deadline)
 	int fd, r;
 
 	/* A HELLO answered late: shuntd is late, a connect does not wait for it again. */
-	if (ctl_fd >= 0)
-		return ctl_hello_pending ? hello_reply_locked(deadline < 0 ? -1 : 0) : 0;
+	if (ctl_fd >= 0) {
+		if (!ctl_hello_pending)
+			return 0;
+		return hello_reply_locked(deadline < 0 ? -1 : ctl_hello_unwaited ? deadline : 0);
+	}
 	if (!ctl_addr.sun_path[0] || shunt_now_ns() < ctl_retry_at ||
 	    !may_ask(shunt_seccomp_chain(), -1))
 		return -ENOTCONN;
@@ -341,6 +362,7 @@ static int open_session_locked(int64_t deadline)
 	}
 	shunt_stats.ctl_asks++;
 	ctl_hello_pending = true;
+	ctl_hello_unwaited = deadline == 0;
 	return hello_reply_locked(deadline);
 }
 
@@ -540,19 +562,48 @@ void shunt_ctl_open_session(void)
 	pthread_mutex_unlock(&ctl_lock);
 }
 
-int shunt_ctl_claim(uint64_t ticket, uint64_t secret)
+int shunt_ctl_claim_send(uint64_t ticket, uint64_t secret)
 {
 	int r;
 
 	pthread_mutex_lock(&ctl_lock);
 	claim_ticket = ticket;
 	claim_secret = secret;
-	r = open_session_locked(-1);
-	if (r == 0 && !ctl_claimed)
-		r = -EACCES;
+	claim_state = CLAIM_SENT;
+	/* Taken now only if it is here already; else by whoever needs the session first. */
+	r = open_session_locked(0);
 	claim_ticket = 0;
+	if (r == -ETIMEDOUT)
+		r = 0;
+	if (r < 0 || claim_state == CLAIM_REFUSED) {
+		claim_state = CLAIM_NONE;	/* the caller lets go of what it inherited at once */
+		r = r < 0 ? r : -EACCES;
+	}
 	pthread_mutex_unlock(&ctl_lock);
 	return r;
+}
+
+int shunt_ctl_claim_finish(void)
+{
+	int r;
+
+	pthread_mutex_lock(&ctl_lock);
+	if (claim_state == CLAIM_SENT)
+		open_session_locked(-1);
+	r = claim_state == CLAIM_GRANTED ? 0 : -EACCES;
+	claim_state = CLAIM_NONE;	/* settled: the caller acts on it */
+	pthread_mutex_unlock(&ctl_lock);
+	return r;
+}
+
+bool shunt_ctl_claim_refused(void)
+{
+	bool refused;
+
+	pthread_mutex_lock(&ctl_lock);
+	refused = claim_state == CLAIM_REFUSED;
+	pthread_mutex_unlock(&ctl_lock);
+	return refused;
 }
 
 /* Send a message that has no reply. */

@@ -129,10 +129,25 @@ int shunt_ctl_fork(uint64_t *ticket, uint64_t *secret);
 void shunt_ctl_fork_done(uint64_t ticket, pid_t pid);
 
 /*
- * In the fork child: open our own session, claiming the parent's ticket.
- * 0, or -errno: no session, or one that holds nothing (claim refused).
+ * In the fork child: open our own session, claiming the parent's ticket,
+ * without waiting for the answer. 0 once the claim is sent (or granted),
+ * or -errno: no session, or a claim refused already.
  */
-int shunt_ctl_claim(uint64_t ticket, uint64_t secret);
+int shunt_ctl_claim_send(uint64_t ticket, uint64_t secret);
+
+/*
+ * The answer to the claim sent, waited for if nobody took it yet: 0 when
+ * granted, -EACCES when refused (or the session is gone). Once only: the
+ * caller acts on it (fork.c).
+ */
+int shunt_ctl_claim_finish(void);
+
+/*
+ * Whether this fork child's claim was refused (or its session lost before
+ * the answer), and the child has not acted on it yet: the sockets it
+ * inherited are not its to end (fork.c).
+ */
+bool shunt_ctl_claim_refused(void);
 
 /*
  * Move @circuit onto its companion kernel sockets; @fd is ours (the kernel

@@ -19,6 +19,7 @@
 #include "preload/chan.h"
 #include "preload/epoll.h"
 #include "preload/fault.h"
+#include "preload/fork.h"
 #include "preload/notice.h"
 #include "preload/ops.h"
 #include "preload/seccomp.h"
@@ -412,6 +413,8 @@ int shunt_epoll_wait(struct shunt_epoll *ep, int epfd, struct epoll_event *event
 
 	if (max <= 0 || max > INT_MAX / (int)sizeof(struct epoll_event))
 		return -EINVAL;
+	/* A fork child sleeps on its own routes (fork.h). */
+	shunt_fork_settle();
 	if (!shunt_user_range_ok(events, (size_t)max * sizeof(*events)))
 		return -EFAULT;
 	/* Not even the first slot can be written: wait as the kernel would, taking nothing. */

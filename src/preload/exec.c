@@ -248,6 +248,8 @@ struct shunt_exec_undo shunt_exec_prepare(const struct shunt_exec_target *t)
 	}
 	/* The new program inherits the program's own descriptor limit (fdlimit.c). */
 	shunt_fdlimit_exec();
+	/* A fork child's sockets are handed on as its own, once its claim is answered. */
+	shunt_fork_settle();
 	shunt_fork_freeze();
 	n = collect(&v, t->spawn);
 	for (size_t i = 0; i < n; i++)

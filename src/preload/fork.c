@@ -27,6 +27,9 @@
 #include "preload/util.h"
 
 static pthread_rwlock_t fork_lock = PTHREAD_RWLOCK_INITIALIZER;
+/* In a fork child: its claim was sent, and the routes are still the parent's (fork.h). */
+static _Atomic bool settle_due;
+static pthread_mutex_t settle_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void shunt_fork_enter(void)
 {
@@ -125,7 +128,9 @@ static bool holds_circuits(void)
  * close must not end them for the parent, as a child closing what it
  * inherited (before exec, say) never ends a kernel connection. They are let
  * go of here: from now on our close only unmaps; the parent's ends them.
- * Only this thread exists.
+ * Right after the fork only this thread exists; a refusal learnt later
+ * (shunt_fork_settle) may find others, which a close in the meantime
+ * already treated so (shunt_ctl_claim_refused).
  */
 static void orphan_inherited(void)
 {
@@ -153,6 +158,8 @@ static uint64_t fork_begin(uint64_t *secret)
 
 	/* The child would hold every recycled half too: each gets its fresh one first. */
 	shunt_recycle_fresh_all();
+	/* Our own session first, if we are a child whose claim is still unanswered. */
+	shunt_fork_settle();
 	pthread_rwlock_wrlock(&fork_lock);
 	/* Nothing registered without a session: nothing for the child to claim. */
 	if (shunt_ctl_has_session()) {
@@ -175,14 +182,35 @@ static uint64_t fork_begin(uint64_t *secret)
 	return ticket;
 }
 
-/* In the child, once shunt_fork_child ran: our own session, then routes. */
+/*
+ * In the child, once shunt_fork_child ran: our own session, claimed without
+ * waiting for shuntd's answer (shunt_fork_settle takes it when needed).
+ */
 static void fork_child_end(uint64_t ticket, uint64_t secret)
 {
 	pthread_rwlock_init(&fork_lock, NULL);
-	if (ticket && shunt_ctl_claim(ticket, secret) == 0)
-		shunt_notice_reroute();
+	pthread_mutex_init(&settle_lock, NULL);
+	atomic_store(&settle_due, false);
+	if (ticket && shunt_ctl_claim_send(ticket, secret) == 0)
+		atomic_store_explicit(&settle_due, true, memory_order_release);
 	else
 		orphan_inherited();
+}
+
+void shunt_fork_settle(void)
+{
+	if (!atomic_load_explicit(&settle_due, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&settle_lock);
+	if (atomic_load_explicit(&settle_due, memory_order_relaxed)) {
+		/* Our routes, so that what the peers post reaches us; or nothing of the parent's. */
+		if (shunt_ctl_claim_finish() == 0)
+			shunt_notice_reroute();
+		else
+			orphan_inherited();
+		atomic_store_explicit(&settle_due, false, memory_order_release);
+	}
+	pthread_mutex_unlock(&settle_lock);
 }
 
 /* In the parent: the child's pid (or the failure) for shuntd. */

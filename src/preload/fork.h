@@ -3,7 +3,16 @@
  * fork(): after it, parent and child both hold every socket made before it,
  * as they hold the same kernel sockets. shuntd is told before the fork (a
  * ticket that holds everything for the child) and the child claims the
- * ticket with a session of its own before fork() returns in it.
+ * ticket with a session of its own, sent before fork() returns in it.
+ *
+ * The child does not wait for the claim's answer: a child that closes the
+ * listeners it inherited and answers the connection it was forked for (a
+ * server forking per connection) needs nothing from it. Whatever needs the
+ * session takes the answer first: a request to shuntd (sent after the
+ * claim, so answered after it), and shunt_fork_settle, which makes the
+ * child's routes (what its peers post then reaches it) before anything
+ * that sleeps on them (poll, select, epoll_wait), and before a fork or an
+ * exec hands the child's sockets on.
  *
  * The fork lock keeps what the ticket copies consistent with what the
  * child gets: calls that make or drop a holding (connect, accept, listen,
@@ -16,6 +25,8 @@
 #include <sys/types.h>
 
 void shunt_fork_enter(void);
+/* In a fork child whose claim is unanswered: take the answer, then routes. Else nothing. */
+void shunt_fork_settle(void);
 void shunt_fork_leave(void);
 
 /*

@@ -269,7 +269,9 @@ void shunt_notice_reroute(void)
 
 			if (!c)
 				continue;
-			add_route(c);
+			/* Routed already: bound since the fork, with our session. */
+			if (c->route < 0)
+				add_route(c);
 			/* What changed before the route existed reached nobody here: look now. */
 			if (c->owner)
 				shunt_epoll_sock_changed(c->owner);

@@ -20,6 +20,7 @@
 #include "preload/fault.h"
 #include "preload/fdtable.h"
 #include "preload/file.h"
+#include "preload/fork.h"
 #include "preload/libc.h"
 #include "preload/notice.h"
 #include "preload/ops.h"
@@ -271,6 +272,9 @@ static int poll_run(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigs
 	struct timespec zero = { 0, 0 };
 	struct shunt_spin sp;
 	struct poll_set ps;
+
+	/* A fork child sleeps on its own routes (fork.h). */
+	shunt_fork_settle();
 	bool hub_fired = false, spinning;
 	int r, count;
 

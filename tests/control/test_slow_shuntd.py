@@ -256,14 +256,13 @@ FORK_CLOSE = textwrap.dedent("""\
         os.write(started_w, b"s")  # fork() returned here: the child has its session
         os.read(r, 1)
         ls.close()              # the child's copy: the parent still listens
-        print("child closed", flush=True)
-        os._exit(0)
+        os._exit(7)
     os.read(started_r, 1)
     print("warm", warm, flush=True)
     sys.stdin.readline()        # shuntd is stopped now
     os.write(w, b"g")
-    os.waitpid(pid, 0)
-    print("child gone", flush=True)
+    print("child closed and exited", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]),
+          flush=True)
     sys.stdin.readline()        # shuntd runs again
     print("parent accepts", echo_once(ls, port), flush=True)
     ls.close()
@@ -288,7 +287,7 @@ def fork_close_scene(pre, env, tmp_path, daemon_proc=None):
         prog.proc.stdin.write("\n")
         prog.proc.stdin.flush()
         # Within seconds while shuntd is stopped: the close did not wait for it.
-        out += [prog.line(timeout=10), prog.line(timeout=10)]
+        out.append(prog.line(timeout=10))
         if daemon_proc:
             os.kill(daemon_proc.pid, signal.SIGCONT)
         out += [prog.ask(""), prog.line()]
@@ -307,7 +306,7 @@ def test_a_fork_child_closing_a_shared_listener_does_not_wait(daemon, shunt_cli,
     once it closes too, a connect is refused."""
     (tmp_path / "plain").mkdir()
     plain = fork_close_scene([], tools.plain_env(), tmp_path / "plain")
-    assert plain == ["warm True", "child closed", "child gone", "parent accepts True",
+    assert plain == ["warm True", "child closed and exited 7", "parent accepts True",
                      "then refused"], plain
 
     proc, sock = daemon
@@ -318,3 +317,74 @@ def test_a_fork_child_closing_a_shared_listener_does_not_wait(daemon, shunt_cli,
     assert out == plain, out
     per_pid, _ = tools.read_stats(stats)
     assert sum(st.get("shm_connect", 0) for st in per_pid) >= 2, per_pid
+
+
+FORK_ANSWER = textwrap.dedent("""\
+    import os, signal, socket, sys
+
+    shuntd = int(sys.argv[1])
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(8)
+    c = socket.create_connection(ls.getsockname())
+    a, _ = ls.accept()
+    c.sendall(b"q")             # the request the child will answer
+    pid = os.fork()
+    if pid == 0:
+        ls.close()              # the parent still listens
+        a.sendall(a.recv(1))
+        os._exit(7)             # closes nothing: the parent holds it too
+    if shuntd:
+        os.kill(shuntd, signal.SIGSTOP)   # before the child's claim is answered, mostly
+    got = c.recv(1)
+    print("client got", got == b"q", "child exit",
+          os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+    sys.stdin.readline()        # shuntd runs again
+    a.close()
+    print("after the close", c.recv(1) == b"", flush=True)
+    c.close()
+    ls.close()
+    """)
+
+
+def fork_answer_scene(pre, env, tmp_path, daemon_proc=None):
+    """FORK_ANSWER under @pre, shuntd (if given) stopped by the program right
+    after its fork: every line printed (one at a time: Prog.line reads no
+    further)."""
+    prog_py = tmp_path / "fork_answer.py"
+    prog_py.write_text(FORK_ANSWER)
+    prog = Prog(pre + [sys.executable, str(prog_py), str(daemon_proc.pid if daemon_proc else 0)],
+                env)
+    try:
+        # Within seconds while shuntd is stopped: the child did not wait for it.
+        lines = [prog.line(timeout=10)]
+        if daemon_proc:
+            os.kill(daemon_proc.pid, signal.SIGCONT)
+        lines.append(prog.ask(""))
+        prog.end()
+    finally:
+        prog.proc.kill()
+        prog.proc.wait()
+    return lines
+
+
+def test_a_fork_child_answers_without_waiting_for_its_claim(daemon, shunt_cli, tools, tmp_path):
+    """A server's fork child closes the listener it inherited and answers
+    the connection it was forked for while shuntd is stopped (by the parent,
+    right after the fork, before the child's claim of its parent's sockets
+    is answered, as a rule): none of that waits for shuntd (fork.h). Once
+    shuntd runs again, the connection ends with the parent's close, as with
+    the kernel."""
+    (tmp_path / "plain").mkdir()
+    plain = fork_answer_scene([], tools.plain_env(), tmp_path / "plain")
+    assert plain == ["client got True child exit 7", "after the close True"], plain
+
+    proc, sock = daemon
+    stats = tmp_path / "stats.jsonl"
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=sock, SHUNT_STATS=str(stats))
+    out = fork_answer_scene([str(shunt_cli()), "run", "--"], env, tmp_path, daemon_proc=proc)
+    assert out == plain, out
+    per_pid, _ = tools.read_stats(stats)
+    assert sum(st.get("shm_connect", 0) for st in per_pid) >= 1, per_pid
+    assert not any(st.get("kernel_connect") for st in per_pid), per_pid
