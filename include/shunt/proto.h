@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHUNT_PROTO_VERSION 6u
+#define SHUNT_PROTO_VERSION 7u
 
 enum shunt_msg_type {
 	SHUNT_MSG_HELLO = 1,		/* lib -> d, replied + daemon link */
@@ -27,7 +27,7 @@ enum shunt_msg_type {
 	SHUNT_MSG_STATUS_END = 11,	/* d -> cli, last record */
 	SHUNT_MSG_LINK = 12,		/* lib -> d, replied + link */
 	SHUNT_MSG_LINK_NEXT = 13,	/* lib -> d, replied (+ link) */
-	SHUNT_MSG_FORK = 14,		/* lib -> d, replied */
+	SHUNT_MSG_FORK = 14,		/* lib -> d, not replied */
 	SHUNT_MSG_FORK_DONE = 15,	/* lib -> d, not replied */
 	SHUNT_MSG_DOWNGRADE = 16,	/* lib -> d, replied */
 	SHUNT_MSG_STATUS_POLICY = 17,	/* d -> cli */
@@ -123,8 +123,9 @@ struct shunt_msg_hello {
 	struct shunt_msg_hdr h;
 	uint32_t flags;			/* enum shunt_hello_flags */
 	uint32_t reserved;
-	uint64_t ticket;		/* SHUNT_HELLO_CLAIM: from the FORK reply */
+	uint64_t ticket;		/* SHUNT_HELLO_CLAIM: the name the parent's FORK gave it */
 	uint64_t secret;
+	uint64_t parent;		/* SHUNT_HELLO_CLAIM: the parent's session */
 };
 
 /*
@@ -344,11 +345,13 @@ struct shunt_msg_close {
  * child's pid (so a child that dies before claiming releases it) or, with
  * pid 0, that fork failed.
  */
+/*
+ * FORK: the parent names the ticket and its secret (random, from the
+ * library) and does not wait: shuntd makes the ticket when it reads this,
+ * before any later request of the parent's, and a claim that comes first
+ * reads the parent's requests until it does.
+ */
 struct shunt_msg_fork {
-	struct shunt_msg_hdr h;
-};
-
-struct shunt_msg_fork_reply {
 	struct shunt_msg_hdr h;
 	uint64_t ticket;
 	uint64_t secret;
@@ -545,7 +548,8 @@ struct shunt_msg_status_end {
  *     that type: none at all, or a stream of status records)
  *   fds: descriptors the request carries (0 or 1)
  *   answered: ALWAYS (a malformed one too, with -EPROTO), NEVER, SHARED
- *     (CLOSE: only with SHUNT_CLOSE_SHARED), STREAM (STATUS: records)
+ *     (CLOSE: only with SHUNT_CLOSE_SHARED), ASKED (UNLISTEN: unless with
+ *     SHUNT_UNLISTEN_UNANSWERED), STREAM (STATUS: records)
  *   handler: the shuntd function that takes it (the request, and its
  *     descriptor when it carries one)
  */
@@ -555,7 +559,7 @@ struct shunt_msg_status_end {
 	X(LISTEN, sizeof(struct shunt_msg_listen), sizeof(struct shunt_msg_listen_reply), \
 	  1, ALWAYS, shuntd_listener_register) \
 	X(UNLISTEN, sizeof(struct shunt_msg_unlisten), sizeof(struct shunt_msg_hdr), \
-	  0, ALWAYS, shuntd_listener_unregister) \
+	  0, ASKED, shuntd_listener_unregister) \
 	X(CONNECT, sizeof(struct shunt_msg_connect), sizeof(struct shunt_msg_circuit), \
 	  1, ALWAYS, shuntd_connect) \
 	X(ACCEPT, sizeof(struct shunt_msg_accept), sizeof(struct shunt_msg_circuit), \
@@ -567,8 +571,7 @@ struct shunt_msg_status_end {
 	  0, ALWAYS, shuntd_link_request) \
 	X(LINK_NEXT, sizeof(struct shunt_msg_link), sizeof(struct shunt_msg_link_reply), \
 	  0, ALWAYS, shuntd_link_next) \
-	X(FORK, sizeof(struct shunt_msg_fork), sizeof(struct shunt_msg_fork_reply), \
-	  0, ALWAYS, shuntd_fork) \
+	X(FORK, sizeof(struct shunt_msg_fork), 0, 0, NEVER, shuntd_fork) \
 	X(FORK_DONE, sizeof(struct shunt_msg_fork_done), 0, 0, NEVER, shuntd_fork_done) \
 	X(DOWNGRADE, sizeof(struct shunt_msg_downgrade), sizeof(struct shunt_msg_hdr), \
 	  1, ALWAYS, shuntd_downgrade) \
@@ -596,6 +599,7 @@ enum shunt_answer {
 	SHUNT_ANSWER_NEVER,
 	SHUNT_ANSWER_ALWAYS,
 	SHUNT_ANSWER_SHARED,
+	SHUNT_ANSWER_ASKED,
 	SHUNT_ANSWER_STREAM,
 };
 

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
  * fork(): the child holds every socket its parent holds. Before forking the
- * library asks for a ticket; shuntd makes it a session of its own that
- * holds what the parent holds (and counts it in each circuit end's holders),
- * so a parent that closes its copy right after fork does not end a
- * connection the child still has. The child claims the ticket in its first
- * HELLO, with the ticket's secret, which only the parent and the child know;
- * FORK_DONE tells shuntd the child's pid, so that a child that dies before
- * claiming (kill -9 right after fork) releases what the ticket held.
+ * library names a ticket and its secret (FORK, not answered); shuntd makes
+ * it a session of its own that holds what the parent holds (and counts it
+ * in each circuit end's holders), so a parent that closes its copy right
+ * after fork does not end a connection the child still has (until the
+ * parent hears from shuntd again, its closes ask: preload/conn.c). The
+ * child claims the ticket in its first HELLO, with the secret, which only
+ * the parent and the child know; a claim read before its FORK reads the
+ * parent's requests first, FORK among them. FORK_DONE tells shuntd the
+ * child's pid, so that a child that dies before claiming (kill -9 right
+ * after fork) releases what the ticket held.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -78,23 +81,23 @@ static int copy_holds(struct shuntd *d, struct session *parent, struct session *
 
 void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_fork *m)
 {
-	struct shunt_msg_fork_reply r;
-	struct session *t = s->ticket ? NULL : shuntd_ticket_new(d, s);
+	struct session *t;
 
-	if (!t) {
-		shuntd_session_reply_status(s, SHUNT_MSG_FORK, m->h.seq, -ENOMEM);
+	/* A name taken (by chance, or by a parent that reuses one): its child claims nothing. */
+	if (s->ticket || !m->ticket || shunt_map_get(&d->tickets, m->ticket)) {
+		shunt_info("session %llu (pid %d): fork ticket refused", (unsigned long long)s->id,
+			   (int)s->pid);
 		return;
 	}
-	if (copy_holds(d, s, t) < 0) {
+	t = shuntd_ticket_new(d, s);
+	if (!t)
+		return;
+	t->secret = m->secret;
+	t->name = m->ticket;
+	if (shunt_map_put(&d->tickets, t->name, t) < 0 || copy_holds(d, s, t) < 0) {
 		shuntd_session_close(d, t);
-		shuntd_session_reply_status(s, SHUNT_MSG_FORK, m->h.seq, -ENOMEM);
 		return;
 	}
-	shunt_proto_init(&r, SHUNT_MSG_FORK | SHUNT_MSG_REPLY, sizeof(r), m->h.seq);
-	r.ticket = t->id;
-	r.secret = t->secret;
-	if (shuntd_session_reply(s, &r, NULL, 0) < 0)
-		shuntd_session_close(d, t);
 	shunt_debug("session %llu (pid %d) forks: ticket %llu", (unsigned long long)s->id,
 		    (int)s->pid, (unsigned long long)t->id);
 }
@@ -144,7 +147,7 @@ static bool exited(pid_t pid)
 
 void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_msg_fork_done *m)
 {
-	struct session *t = shunt_map_get(&d->sessions, m->ticket);
+	struct session *t = shunt_map_get(&d->tickets, m->ticket);
 
 	if (!t || !t->ticket || t->exec || t->parent_pid != s->pid || t->pidfd >= 0)
 		return;
@@ -169,12 +172,37 @@ void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_ms
 		shuntd_session_close(d, t);
 }
 
-int shuntd_fork_claim(struct shuntd *d, struct session *s, uint64_t ticket, uint64_t secret)
+/*
+ * The ticket named @name, reading the requests of session @parent first if
+ * it is not there yet: the parent sent FORK before the child existed, so
+ * its FORK is among them. Not while reading another session's requests
+ * already (a claim cannot come from there; nothing recurses).
+ */
+static struct session *ticket_named(struct shuntd *d, uint64_t name, uint64_t parent)
 {
-	struct session *t = shunt_map_get(&d->sessions, ticket);
+	static bool reading;
+	struct session *t = shunt_map_get(&d->tickets, name), *p;
+
+	while (!t && !reading && (p = shunt_map_get(&d->sessions, parent)) && !p->ticket &&
+	       p->fd >= 0) {
+		bool more;
+
+		reading = true;
+		more = shuntd_session_input(d, p);
+		reading = false;
+		t = shunt_map_get(&d->tickets, name);
+		if (!more)
+			break;
+	}
+	return t;
+}
+
+int shuntd_fork_claim(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m)
+{
+	struct session *t = ticket_named(d, m->ticket, m->parent);
 	struct shunt_list *pos, *tmp;
 
-	if (!t || !t->ticket || t->exec || t->secret != secret || (t->pid && t->pid != s->pid))
+	if (!t || !t->ticket || t->exec || t->secret != m->secret || (t->pid && t->pid != s->pid))
 		return -EPERM;
 	shunt_list_for_each_safe(pos, tmp, &t->holds) {
 		struct hold *h = shunt_container_of(pos, struct hold, session_node);

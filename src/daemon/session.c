@@ -130,7 +130,7 @@ static void shuntd_session_hello(struct shuntd *d, struct session *s,
 	if (!s->ns)
 		s->ns = shuntd_netns_of_pid(d, s->pid, s->facts.netns);
 	if (m->flags & SHUNT_HELLO_CLAIM)
-		r.claim = shuntd_fork_claim(d, s, m->ticket, m->secret);
+		r.claim = shuntd_fork_claim(d, s, m);
 	else if (m->flags & SHUNT_HELLO_EXEC)
 		r.claim = shuntd_exec_claim(d, s);
 	if (!s->dlink && shuntd_link_daemon(d, s) < 0) {
@@ -200,13 +200,13 @@ static void dispatch(struct shuntd *d, struct session *s, const void *buf, int *
 	d->request_ns[h->type] += (uint64_t)(shunt_sys_now_ns() - t0);
 }
 
-void shuntd_session_input(struct shuntd *d, struct session *s)
+bool shuntd_session_input(struct shuntd *d, struct session *s)
 {
 	/* Room for more of a STATUS reply: its requests wait until all of it went. */
 	if (s->status.active) {
 		shuntd_status_continue(d, s);
 		if (s->status.active)
-			return;
+			return false;
 	}
 	/* A bounded batch per wakeup keeps one busy client from starving others. */
 	for (int i = 0; i < 32; i++) {
@@ -216,10 +216,10 @@ void shuntd_session_input(struct shuntd *d, struct session *s)
 		ssize_t n = shunt_proto_recv(s->fd, buf, fds, &nfds, MSG_DONTWAIT);
 
 		if (n == -EAGAIN)
-			return;
+			return false;
 		if (n == 0 || (n < 0 && n != -EPROTO)) {
 			shuntd_session_close(d, s);
-			return;
+			return false;
 		}
 		if (n < 0 || shunt_proto_check(buf, (size_t)n) < 0) {
 			/* Truncated, unknown or malformed: answer if we can tell what it was. */
@@ -236,8 +236,9 @@ void shuntd_session_input(struct shuntd *d, struct session *s)
 		}
 		dispatch(d, s, buf, fds, nfds);
 		if (s->status.active)
-			return;
+			return false;
 	}
+	return true;
 }
 
 void shuntd_session_close(struct shuntd *d, struct session *s)
@@ -263,6 +264,8 @@ void shuntd_session_close(struct shuntd *d, struct session *s)
 		close(s->timerfd);
 	}
 	shunt_map_del(&d->sessions, s->id);
+	if (s->name && shunt_map_get(&d->tickets, s->name) == s)
+		shunt_map_del(&d->tickets, s->name);
 	/* The process went away without closing what it held: as the kernel does at exit. */
 	shunt_list_for_each_safe(pos, tmp, &s->holds)
 		shuntd_hold_release(d, shunt_container_of(pos, struct hold, session_node), true);

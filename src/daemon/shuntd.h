@@ -85,6 +85,7 @@ struct shuntd {
 	struct shunt_map ports;		/* port + 1 -> the listeners on it (listener.port_next) */
 	struct shunt_map circuits;	/* id -> struct circuit */
 	struct shunt_map channels;	/* id -> struct channel */
+	struct shunt_map tickets;	/* a fork ticket's name (its parent's) -> struct session */
 	struct shunt_list journals_awake;	/* struct journal.awake_node: read on the next tick */
 	struct shunt_list adopt_pending;	/* struct circuit.adopt_node, by adopt_at */
 	struct shunt_list warm_channels;	/* struct channel.warm_node, by warm_at */
@@ -182,6 +183,7 @@ struct session {
 	bool exec;			/* an exec ticket: claimed by the same pid, no secret */
 	bool spawn;			/* ...for a spawned child: its parent is parent_pid */
 	uint64_t secret;
+	uint64_t name;			/* fork tickets: the name the parent gave it (0: none) */
 	pid_t parent_pid;
 	int pidfd;			/* the child once known (the process itself for exec), else -1 */
 	int timer_watch;		/* SHUNTD_WATCH_EXEC_TIMER: the loop's tag for timerfd */
@@ -408,7 +410,8 @@ int shuntd_loop_watch_metrics(struct shuntd *d, int fd);
 
 /* session.c */
 void shuntd_session_accept(struct shuntd *d);
-void shuntd_session_input(struct shuntd *d, struct session *s);
+/* Its requests, a batch of them: true if more may wait (the batch was full). */
+bool shuntd_session_input(struct shuntd *d, struct session *s);
 /* The process is gone (or the ticket will never be claimed): release everything. */
 void shuntd_session_close(struct shuntd *d, struct session *s);
 int shuntd_session_reply(struct session *s, void *msg, const int *fds, unsigned nfds);
@@ -438,7 +441,7 @@ struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent);
 void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_fork *m);
 void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_msg_fork_done *m);
 /* HELLO with SHUNT_HELLO_CLAIM from @s: 0 or -errno. */
-int shuntd_fork_claim(struct shuntd *d, struct session *s, uint64_t ticket, uint64_t secret);
+int shuntd_fork_claim(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m);
 void shuntd_fork_ticket_exited(struct shuntd *d, struct session *t);
 /* The parent of process @pid as /proc says, or -1. */
 pid_t shuntd_parent_of(pid_t pid);

@@ -754,13 +754,15 @@ void shunt_conn_shut(struct shunt_conn *c, bool abort)
 	/*
 	 * Like the kernel's socket release, which only the last reference
 	 * triggers: held by this process alone (the count is shuntd's), we
-	 * publish at once; shared after fork, shuntd says who is last.
+	 * publish at once; shared after fork, shuntd says who is last. Right
+	 * after a fork shuntd may not count the other process yet (it reads
+	 * FORK, or the child's claim, when it comes to it): we ask then too.
 	 * Bytes held back (TCP_CORK) go out first, before a FIN as with
 	 * tcp_send_fin, or now rather than from a timer this process no
 	 * longer runs for it; a reset discards them, as it purges the
 	 * kernel's send queue.
 	 */
-	if (atomic_load(&c->me->holders) <= 1) {
+	if (atomic_load(&c->me->holders) <= 1 && shunt_ctl_holders_known()) {
 		if (!abort && !unread(c))
 			shunt_conn_push(c);
 		publish_close(c, abort);

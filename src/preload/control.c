@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -40,8 +41,16 @@ static bool ctl_warned;			/* under ctl_lock */
 static bool ctl_had_session;		/* under ctl_lock: a session was opened before */
 /* A fork child's claim of its parent's ticket, sent without waiting for it (fork.h). */
 static enum { CLAIM_NONE, CLAIM_SENT, CLAIM_GRANTED, CLAIM_REFUSED } claim_state; /* ctl_lock */
+/*
+ * Whether shuntd may not have read yet the FORK this process sent (as a
+ * parent: no reply to a later request came), or the claim it sent (as a
+ * child): the holders counted in each circuit end may not include the
+ * other process yet (shunt_ctl_holders_known). Written under ctl_lock.
+ */
+static _Atomic bool fork_unheard, claim_unanswered;
+static uint32_t ctl_fork_seq;		/* under ctl_lock: that FORK's */
 static _Atomic uint64_t session_id;	/* written under ctl_lock; 0: no session */
-static uint64_t claim_ticket, claim_secret;	/* under ctl_lock: a fork child's first HELLO */
+static uint64_t claim_ticket, claim_secret, claim_parent; /* ctl_lock: a fork child's first HELLO */
 static bool claim_exec;			/* under ctl_lock: a new image's first HELLO */
 static int exec_claimed = -ENOENT;	/* under ctl_lock: what that HELLO's claim said */
 /*
@@ -89,6 +98,13 @@ void shunt_ctl_fork_parent(void)
 	pthread_mutex_unlock(&ctl_lock);
 }
 
+/* Under ctl_lock. */
+static void set_claim_state(int st)
+{
+	claim_state = st;
+	atomic_store_explicit(&claim_unanswered, st == CLAIM_SENT, memory_order_release);
+}
+
 void shunt_ctl_after_fork(void)
 {
 	/* Only this thread exists in the child; the lock may have been held. */
@@ -98,7 +114,8 @@ void shunt_ctl_after_fork(void)
 	ctl_fd = -1;
 	ctl_retry_at = 0;
 	claim_ticket = 0;
-	claim_state = CLAIM_NONE;
+	set_claim_state(CLAIM_NONE);
+	atomic_store(&fork_unheard, false);	/* the parent's FORK: its to hear of */
 	ctl_hello_pending = ctl_late = false;
 	atomic_store(&session_id, 0);
 }
@@ -122,7 +139,8 @@ static void drop_session(const char *why, int err)
 	ctl_hello_pending = ctl_late = false;
 	/* A claim that got no answer holds nothing for us. */
 	if (claim_state == CLAIM_SENT)
-		claim_state = CLAIM_REFUSED;
+		set_claim_state(CLAIM_REFUSED);
+	atomic_store(&fork_unheard, false);
 	atomic_store(&session_id, 0);
 	ctl_retry_at = shunt_now_ns() + 1000000000;
 	shunt_relisten_lost();
@@ -228,7 +246,7 @@ static int hello_answered_locked(int r, struct answer *a)
 {
 	/* A claim is granted only by a reply that opens the session below. */
 	if (ctl_hello.flags & SHUNT_HELLO_CLAIM)
-		claim_state = CLAIM_REFUSED;
+		set_claim_state(CLAIM_REFUSED);
 	if (r == -EMFILE || (r == SHUNT_OK && a->truncated)) {
 		/* Out of descriptors: shuntd ends the session it began when we close. */
 		shunt_close_replies(a->fds, a->nfds);
@@ -260,7 +278,7 @@ static int hello_answered_locked(int r, struct answer *a)
 	}
 	atomic_store(&session_id, hr->session);
 	if (claimed)
-		claim_state = CLAIM_GRANTED;
+		set_claim_state(CLAIM_GRANTED);
 	if (ctl_warned && ctl_had_session)
 		shunt_info("shuntd at %s answers again", ctl_addr.sun_path);
 	ctl_warned = false;
@@ -339,6 +357,7 @@ static int open_session_locked(int64_t deadline)
 		ctl_hello.flags = SHUNT_HELLO_CLAIM;
 		ctl_hello.ticket = claim_ticket;
 		ctl_hello.secret = claim_secret;
+		ctl_hello.parent = claim_parent;
 		claim_ticket = 0;
 	} else if (claim_exec) {
 		ctl_hello.flags = SHUNT_HELLO_EXEC;
@@ -492,6 +511,10 @@ static int receive_locked(const struct shunt_msg_hdr *h, struct answer *a)
 		drop_session("reply", EPROTO);
 		return -ENOTCONN;
 	}
+	/* Answered after our FORK: shuntd has read it, and counts the child. */
+	if (atomic_load_explicit(&fork_unheard, memory_order_relaxed) &&
+	    (int32_t)(rh->seq - ctl_fork_seq) > 0)
+		atomic_store_explicit(&fork_unheard, false, memory_order_release);
 	/* Where they landed says how full the program's range is. */
 	for (unsigned i = 0; i < a->nfds; i++)
 		shunt_fdlimit_note(a->fds[i]);
@@ -562,21 +585,22 @@ void shunt_ctl_open_session(void)
 	pthread_mutex_unlock(&ctl_lock);
 }
 
-int shunt_ctl_claim_send(uint64_t ticket, uint64_t secret)
+int shunt_ctl_claim_send(uint64_t ticket, uint64_t secret, uint64_t parent)
 {
 	int r;
 
 	pthread_mutex_lock(&ctl_lock);
 	claim_ticket = ticket;
 	claim_secret = secret;
-	claim_state = CLAIM_SENT;
+	claim_parent = parent;
+	set_claim_state(CLAIM_SENT);
 	/* Taken now only if it is here already; else by whoever needs the session first. */
 	r = open_session_locked(0);
 	claim_ticket = 0;
 	if (r == -ETIMEDOUT)
 		r = 0;
 	if (r < 0 || claim_state == CLAIM_REFUSED) {
-		claim_state = CLAIM_NONE;	/* the caller lets go of what it inherited at once */
+		set_claim_state(CLAIM_NONE);	/* the caller lets go of what it inherited at once */
 		r = r < 0 ? r : -EACCES;
 	}
 	pthread_mutex_unlock(&ctl_lock);
@@ -591,7 +615,7 @@ int shunt_ctl_claim_finish(void)
 	if (claim_state == CLAIM_SENT)
 		open_session_locked(-1);
 	r = claim_state == CLAIM_GRANTED ? 0 : -EACCES;
-	claim_state = CLAIM_NONE;	/* settled: the caller acts on it */
+	set_claim_state(CLAIM_NONE);	/* settled: the caller acts on it */
 	pthread_mutex_unlock(&ctl_lock);
 	return r;
 }
@@ -999,16 +1023,40 @@ int shunt_ctl_link_next(struct shunt_msg_link_reply *r, int fds[3])
 int shunt_ctl_fork(uint64_t *ticket, uint64_t *secret)
 {
 	struct shunt_msg_fork m;
-	struct answer a = { .want = 0 };
-	int r;
+	uint64_t named[2];
+	int r = -ENOTCONN;
 
+	/* Random, so that nobody else can claim it: the library's, through the seccomp gate. */
+	if (shunt_syscall(SYS_getrandom, named, sizeof(named), GRND_NONBLOCK) != (long)sizeof(named))
+		return -errno;
 	shunt_proto_init(&m, SHUNT_MSG_FORK, sizeof(m), 0);
-	r = request_plain(&m, NULL, 0, &a);
-	if (r != SHUNT_OK)
-		return r > 0 ? -EPROTO : r;
-	*ticket = ((struct shunt_msg_fork_reply *)a.buf)->ticket;
-	*secret = ((struct shunt_msg_fork_reply *)a.buf)->secret;
+	m.ticket = named[0] | 1;	/* never 0: no ticket */
+	m.secret = named[1];
+	pthread_mutex_lock(&ctl_lock);
+	if (ctl_fd >= 0 && may_ask(shunt_seccomp_chain(), ctl_fd)) {
+		m.h.seq = ++ctl_seq;
+		r = shunt_proto_send(ctl_fd, &m, NULL, 0);
+		if (r < 0) {
+			drop_session("send", -r);
+		} else {
+			/* Until shuntd answers something sent after it, the child may be uncounted. */
+			ctl_fork_seq = m.h.seq;
+			atomic_store_explicit(&fork_unheard, true, memory_order_release);
+			shunt_stats.ctl_asks++;
+		}
+	}
+	pthread_mutex_unlock(&ctl_lock);
+	if (r < 0)
+		return r;
+	*ticket = m.ticket;
+	*secret = m.secret;
 	return 0;
+}
+
+bool shunt_ctl_holders_known(void)
+{
+	return !atomic_load_explicit(&fork_unheard, memory_order_acquire) &&
+	       !atomic_load_explicit(&claim_unanswered, memory_order_acquire);
 }
 
 void shunt_ctl_fork_done(uint64_t ticket, pid_t pid)

@@ -122,18 +122,29 @@ int shunt_ctl_link(uint64_t partner, struct shunt_msg_link_reply *r, int fds[3])
  */
 int shunt_ctl_link_next(struct shunt_msg_link_reply *r, int fds[3]);
 
-/* Before fork: a ticket for the child. 0 with ticket and secret, or -errno. */
+/*
+ * Before fork: a ticket for the child, named here and sent to shuntd
+ * without waiting (FORK). 0 with ticket and secret, or -errno.
+ */
 int shunt_ctl_fork(uint64_t *ticket, uint64_t *secret);
+
+/*
+ * Whether the holders counted in each circuit end are known to include
+ * every process that holds it: not while shuntd may not have read our
+ * FORK yet (no answer to a later request came), nor in a fork child whose
+ * claim is unanswered. A close that cannot tell asks shuntd (conn.c).
+ */
+bool shunt_ctl_holders_known(void);
 
 /* After fork, in the parent: the child's pid, or 0 if fork failed. */
 void shunt_ctl_fork_done(uint64_t ticket, pid_t pid);
 
 /*
- * In the fork child: open our own session, claiming the parent's ticket,
- * without waiting for the answer. 0 once the claim is sent (or granted),
+ * In the fork child: open our own session, claiming the ticket of session
+ * @parent (the parent's), without waiting for the answer. 0 once the claim is sent (or granted),
  * or -errno: no session, or a claim refused already.
  */
-int shunt_ctl_claim_send(uint64_t ticket, uint64_t secret);
+int shunt_ctl_claim_send(uint64_t ticket, uint64_t secret, uint64_t parent);
 
 /*
  * The answer to the claim sent, waited for if nobody took it yet: 0 when

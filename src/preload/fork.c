@@ -149,8 +149,11 @@ static void orphan_inherited(void)
 	}
 }
 
-/* Before a fork: the ticket for the child (0 without one). Takes the fork lock exclusively. */
-static uint64_t fork_begin(uint64_t *secret)
+/*
+ * Before a fork: the ticket for the child (0 without one), its secret and
+ * our session (@parent). Takes the fork lock exclusively.
+ */
+static uint64_t fork_begin(uint64_t *secret, uint64_t *parent)
 {
 	static bool warned;	/* under the fork lock, held exclusively */
 	uint64_t ticket = 0;
@@ -163,6 +166,7 @@ static uint64_t fork_begin(uint64_t *secret)
 	pthread_rwlock_wrlock(&fork_lock);
 	/* Nothing registered without a session: nothing for the child to claim. */
 	if (shunt_ctl_has_session()) {
+		*parent = shunt_ctl_session();
 		r = shunt_ctl_fork(&ticket, secret);
 		if (r < 0 && r != -ENOTCONN)
 			shunt_info("fork: shuntd gave no ticket (%s): the child's sockets may "
@@ -186,12 +190,12 @@ static uint64_t fork_begin(uint64_t *secret)
  * In the child, once shunt_fork_child ran: our own session, claimed without
  * waiting for shuntd's answer (shunt_fork_settle takes it when needed).
  */
-static void fork_child_end(uint64_t ticket, uint64_t secret)
+static void fork_child_end(uint64_t ticket, uint64_t secret, uint64_t parent)
 {
 	pthread_rwlock_init(&fork_lock, NULL);
 	pthread_mutex_init(&settle_lock, NULL);
 	atomic_store(&settle_due, false);
-	if (ticket && shunt_ctl_claim_send(ticket, secret) == 0)
+	if (ticket && shunt_ctl_claim_send(ticket, secret, parent) == 0)
 		atomic_store_explicit(&settle_due, true, memory_order_release);
 	else
 		orphan_inherited();
@@ -223,11 +227,11 @@ static void fork_parent_end(uint64_t ticket, pid_t pid)
 
 pid_t shunt_op_fork(void)
 {
-	uint64_t secret = 0, ticket = fork_begin(&secret);
+	uint64_t secret = 0, parent = 0, ticket = fork_begin(&secret, &parent);
 	pid_t pid = SHUNT_LIBC(fork)();	/* runs shunt_fork_prepare & co. (pthread_atfork) */
 
 	if (pid == 0) {
-		fork_child_end(ticket, secret);
+		fork_child_end(ticket, secret, parent);
 		return 0;
 	}
 	fork_parent_end(ticket, pid);
@@ -236,18 +240,18 @@ pid_t shunt_op_fork(void)
 
 pid_t shunt_op_fork_bare(void)
 {
-	uint64_t secret = 0, ticket;
+	uint64_t secret = 0, parent = 0, ticket;
 	pid_t pid;
 
 	if (!SHUNT_LIBC(_Fork))
 		return -ENOSYS;
-	ticket = fork_begin(&secret);
+	ticket = fork_begin(&secret, &parent);
 	/* _Fork runs no atfork handler: the library's own, which its state needs, run here. */
 	shunt_fork_prepare();
 	pid = SHUNT_LIBC(_Fork)();
 	if (pid == 0) {
 		shunt_fork_child();
-		fork_child_end(ticket, secret);
+		fork_child_end(ticket, secret, parent);
 		return 0;
 	}
 	if (pid < 0)
@@ -261,7 +265,7 @@ pid_t shunt_op_fork_bare(void)
 struct clone_call {
 	int (*fn)(void *);
 	void *arg;
-	uint64_t ticket, secret;
+	uint64_t ticket, secret, parent;
 	int flags;
 };
 
@@ -272,14 +276,14 @@ static int clone_child(void *p)
 	shunt_fork_child();
 	if (cc->flags & CLONE_NEWNET)
 		shunt_netns_moved();
-	fork_child_end(cc->ticket, cc->secret);
+	fork_child_end(cc->ticket, cc->secret, cc->parent);
 	return cc->fn(cc->arg);
 }
 
 int shunt_op_clone(int (*fn)(void *), void *stack, int flags, void *arg, pid_t *ptid, void *tls,
 		   pid_t *ctid)
 {
-	struct clone_call cc = { fn, arg, 0, 0, flags };
+	struct clone_call cc = { fn, arg, 0, 0, 0, flags };
 	int pid;
 
 	/* Another process will hold (or share) our descriptors: recycled halves are fresh first. */
@@ -293,7 +297,7 @@ int shunt_op_clone(int (*fn)(void *), void *stack, int flags, void *arg, pid_t *
 		pid = SHUNT_LIBC(clone)(fn, stack, flags, arg, ptid, tls, ctid);
 		return pid < 0 ? -errno : pid;
 	}
-	cc.ticket = fork_begin(&cc.secret);
+	cc.ticket = fork_begin(&cc.secret, &cc.parent);
 	shunt_fork_prepare();
 	pid = SHUNT_LIBC(clone)(clone_child, stack, flags, &cc, ptid, tls, ctid);
 	if (pid < 0)

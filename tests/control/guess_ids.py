@@ -10,7 +10,8 @@ status and the descriptors the reply carried, by what /proc says they are.
 asks about ids 1..MAX_ID and the given ones (real ids of others, from
 `shunt status`): ACCEPT on every listener id with a listening socket of its
 own, LINK to every session, CLOSE and DOWNGRADE of both ends of every
-circuit, LINK_NEXT, and HELLO claiming every fork ticket with secret 0.
+circuit, LINK_NEXT, and HELLO claiming every id as a fork ticket's name
+(and its parent's session) with secret 0.
 """
 
 import array
@@ -20,7 +21,7 @@ import socket
 import struct
 import sys
 
-VERSION = 6  # SHUNT_PROTO_VERSION
+VERSION = 7  # SHUNT_PROTO_VERSION
 HELLO, ACCEPT, CLOSE, LINK, LINK_NEXT, DOWNGRADE = 1, 5, 6, 12, 13, 16
 REPLY = 0x8000
 HELLO_CLAIM = 1
@@ -70,8 +71,8 @@ def report(req, ident, status, fds, **extra):
           flush=True)
 
 
-def hello(sess, flags=0, ticket=0, secret=0):
-    status, body, fds = sess.ask(HELLO, struct.pack("<IIQQ", flags, 0, ticket, secret))
+def hello(sess, flags=0, ticket=0, secret=0, parent=0):
+    status, body, fds = sess.ask(HELLO, struct.pack("<IIQQQ", flags, 0, ticket, secret, parent))
     session = claim = None
     if status == 0:
         session, _, claim, _ = struct.unpack_from("<QIiQ", body)
@@ -104,7 +105,9 @@ def main():
     report("LINK_NEXT", 0, status, fds)
     for i in ids:
         other = Session(path)
-        status, _, claim, fds = hello(other, HELLO_CLAIM, i, 0)
+        # The id as the ticket's name and as its parent's session: shuntd reads that
+        # session's requests before it refuses.
+        status, _, claim, fds = hello(other, HELLO_CLAIM, i, 0, i)
         report("CLAIM", i, status, fds, claim=claim)
         other.sock.close()
 

@@ -322,19 +322,23 @@ def test_a_fork_child_closing_a_shared_listener_does_not_wait(daemon, shunt_cli,
 FORK_ANSWER = textwrap.dedent("""\
     import os, signal, socket, sys
 
-    shuntd = int(sys.argv[1])
+    shuntd, when = int(sys.argv[1]), sys.argv[2]
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(8)
     c = socket.create_connection(ls.getsockname())
     a, _ = ls.accept()
     c.sendall(b"q")             # the request the child will answer
+    if when == "before":
+        print("ready", flush=True)
+        sys.stdin.readline()    # shuntd is stopped now
     pid = os.fork()
     if pid == 0:
-        ls.close()              # the parent still listens
+        if when == "after":
+            ls.close()          # the parent still listens
         a.sendall(a.recv(1))
         os._exit(7)             # closes nothing: the parent holds it too
-    if shuntd:
+    if shuntd and when == "after":
         os.kill(shuntd, signal.SIGSTOP)   # before the child's claim is answered, mostly
     got = c.recv(1)
     print("client got", got == b"q", "child exit",
@@ -347,15 +351,21 @@ FORK_ANSWER = textwrap.dedent("""\
     """)
 
 
-def fork_answer_scene(pre, env, tmp_path, daemon_proc=None):
+def fork_answer_scene(pre, env, tmp_path, when, daemon_proc=None):
     """FORK_ANSWER under @pre, shuntd (if given) stopped by the program right
-    after its fork: every line printed (one at a time: Prog.line reads no
-    further)."""
+    after its fork (@when "after"), or by the test before it ("before"):
+    every line printed (one at a time: Prog.line reads no further)."""
     prog_py = tmp_path / "fork_answer.py"
     prog_py.write_text(FORK_ANSWER)
-    prog = Prog(pre + [sys.executable, str(prog_py), str(daemon_proc.pid if daemon_proc else 0)],
-                env)
+    prog = Prog(pre + [sys.executable, str(prog_py), str(daemon_proc.pid if daemon_proc else 0),
+                       when], env)
     try:
+        if when == "before":
+            assert prog.line() == "ready"
+            if daemon_proc:
+                os.kill(daemon_proc.pid, signal.SIGSTOP)
+            prog.proc.stdin.write("\n")
+            prog.proc.stdin.flush()
         # Within seconds while shuntd is stopped: the child did not wait for it.
         lines = [prog.line(timeout=10)]
         if daemon_proc:
@@ -368,22 +378,26 @@ def fork_answer_scene(pre, env, tmp_path, daemon_proc=None):
     return lines
 
 
-def test_a_fork_child_answers_without_waiting_for_its_claim(daemon, shunt_cli, tools, tmp_path):
-    """A server's fork child closes the listener it inherited and answers
-    the connection it was forked for while shuntd is stopped (by the parent,
-    right after the fork, before the child's claim of its parent's sockets
-    is answered, as a rule): none of that waits for shuntd (fork.h). Once
-    shuntd runs again, the connection ends with the parent's close, as with
-    the kernel."""
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_a_fork_child_answers_without_waiting_for_shuntd(daemon, shunt_cli, tools, tmp_path,
+                                                         when):
+    """A server's fork child answers the connection it was forked for while
+    shuntd is stopped: by the parent right after the fork ("after"), before
+    the child's claim of its parent's sockets is answered, as a rule, the
+    child closing the listener it inherited too; or before the fork
+    ("before"), whose ticket shuntd reads only later. None of that waits for
+    shuntd (src/preload/fork.h). Once shuntd runs again, the connection ends
+    with the parent's close, as with the kernel."""
     (tmp_path / "plain").mkdir()
-    plain = fork_answer_scene([], tools.plain_env(), tmp_path / "plain")
+    plain = fork_answer_scene([], tools.plain_env(), tmp_path / "plain", when)
     assert plain == ["client got True child exit 7", "after the close True"], plain
 
     proc, sock = daemon
     stats = tmp_path / "stats.jsonl"
     env = tools.plain_env()
     env.update(SHUNT_SOCKET=sock, SHUNT_STATS=str(stats))
-    out = fork_answer_scene([str(shunt_cli()), "run", "--"], env, tmp_path, daemon_proc=proc)
+    out = fork_answer_scene([str(shunt_cli()), "run", "--"], env, tmp_path, when,
+                            daemon_proc=proc)
     assert out == plain, out
     per_pid, _ = tools.read_stats(stats)
     assert sum(st.get("shm_connect", 0) for st in per_pid) >= 1, per_pid

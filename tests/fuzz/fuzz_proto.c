@@ -499,6 +499,9 @@ static int replies_due(const uint8_t *rec, size_t len, unsigned nfds)
 	case SHUNT_ANSWER_SHARED:
 		return valid && (((const struct shunt_msg_close *)(const void *)rec)->flags &
 				 SHUNT_CLOSE_SHARED);
+	case SHUNT_ANSWER_ASKED:
+		return valid && !(((const struct shunt_msg_unlisten *)(const void *)rec)->flags &
+				  SHUNT_UNLISTEN_UNANSWERED);
 	case SHUNT_ANSWER_NEVER:
 		break;
 	}

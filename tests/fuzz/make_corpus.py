@@ -5,7 +5,8 @@ shuntd, in the harness's input format (tests/fuzz/fuzz_proto.c), one file per
 scenario, each reaching a different part of the daemon. Ids are predictable:
 every run starts a fresh daemon state whose ids count from 1 (sessions 1 and
 2, then links, listeners, circuits and tickets in the order they are made),
-and every fork ticket's secret is 0x5a5a5a5a5a5a5a5a.
+and every fork ticket is named by its parent (7, 8...) with the secret
+0x5a5a5a5a5a5a5a5a.
 
     tests/fuzz/make_corpus.py [DIR]    (default: tests/fuzz/corpus/fuzz_proto)
 """
@@ -14,7 +15,7 @@ import socket
 import struct
 import sys
 
-VERSION = 3
+VERSION = 7  # SHUNT_PROTO_VERSION
 REPLY = 0x8000
 (HELLO, LISTEN, UNLISTEN, CONNECT, ACCEPT, CLOSE, STATUS, STATUS_SESSION,
  STATUS_LISTENER, STATUS_CONN, STATUS_END, LINK, LINK_NEXT, FORK, FORK_DONE,
@@ -46,8 +47,8 @@ def msg(mtype, body=b'', **kw):
     return hdr(mtype, 16 + len(body), **kw) + body
 
 
-def hello(flags=0, ticket=0, secret=0):
-    return msg(HELLO, struct.pack('<IIQQ', flags, 0, ticket, secret))
+def hello(flags=0, ticket=0, secret=0, parent=0):
+    return msg(HELLO, struct.pack('<IIQQQ', flags, 0, ticket, secret, parent))
 
 
 def listen(lid=0):
@@ -83,8 +84,8 @@ def link_next():
     return msg(LINK_NEXT, struct.pack('<Q', 0))
 
 
-def fork():
-    return msg(FORK)
+def fork(name):
+    return msg(FORK, struct.pack('<QQ', name, SECRET))
 
 
 def fork_done(ticket, pid):
@@ -154,10 +155,11 @@ def scenarios():
                       send(A, unlisten(5, 1)))
     s['link'] = (setup + send(A, accept(5), [POOL0]) + send(B, link(1)) + send(A, link_next()) +
                  send(A, link_next()) + send(A, link(1)) + restart(B) + send(A, link_next()))
-    s['fork-claim'] = (setup + send(A, accept(5), [POOL0]) + send(A, fork()) +
-                       send(B, hello(1, 7, SECRET)) + send(B, close(6, 1, 1)) + send(A, close(6, 1, 1)))
-    s['fork-done'] = (setup + send(B, fork()) + send(B, fork_done(7, 0)) + send(B, fork()) +
-                      send(B, fork_done(8, 1)) + send(A, hello(1, 8, 1)))
+    s['fork-claim'] = (setup + send(A, accept(5), [POOL0]) + send(A, fork(7)) +
+                       send(B, hello(1, 7, SECRET, 1)) + send(B, close(6, 1, 1)) +
+                       send(A, close(6, 1, 1)))
+    s['fork-done'] = (setup + send(B, fork(7)) + send(B, fork_done(7, 0)) + send(B, fork(8)) +
+                      send(B, fork_done(8, 1)) + send(A, hello(1, 8, 1, 2)))
     s['downgrade'] = (setup + send(A, accept(5), [POOL0]) + send(B, downgrade(6), [KEPT]) +
                       send(A, downgrade(6), [KEPT]) + send(A, status()))
     s['downgrade-unaccepted'] = setup + send(B, downgrade(6), [KEPT]) + send(B, downgrade(99), [TCP4])
@@ -165,7 +167,7 @@ def scenarios():
                  poke(0, END[0] + ROUTE, 1 << 16 | 9) + poke(0, END[1] + ROUTE, 3 << 16 | 9) +
                  poke(0, END[0] + HOLDERS, 0) + poke(0, RING[1] + TAIL, 100) +
                  send(B, downgrade(6), [KEPT]) + send(A, close(6, 1)) + restart(B))
-    s['status'] = setup + send(B, fork()) + send(A, status())
+    s['status'] = setup + send(B, fork(7)) + send(A, status())
     # The harness's policy: 127.0.0.2 is refused, 0.0.0.0 left to the kernel, and
     # the fourth circuit (12 KiB each) passes the tenant's max_memory of 40K.
     s['policy'] = (hellos + send(A, listen(), [POOL2]) + send(B, connect('127.0.0.2', 3), [TCP4]) +

@@ -163,7 +163,7 @@ sys.stdin.read()
 
 STATUS, STATUS_CONN, STATUS_END = 7, 10, 11  # include/shunt/proto.h
 PROTO_HDR = struct.Struct("<HHIIi")  # type, version, len, seq, status
-PROTO_VERSION = 6
+PROTO_VERSION = 7
 
 
 def slow_status(sock_path, pause):
