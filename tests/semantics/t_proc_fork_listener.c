@@ -53,102 +53,102 @@ static void round_trip_self(int lfd, const struct t_addr *to)
 	printf("  a connection accepted and echoed\n");
 }
 
+// One scene: a listener, forked with two channels to the child.
+struct scene {
+	struct t_chan go, done;
+	struct t_addr at;
+	int lfd;
+	pid_t pid;
+};
+
+// Listen, then fork; true in the child.
+static bool scene_fork(struct scene *sc, const char *title)
+{
+	sc->lfd = t_listen_loopback(AF_INET, 16, &sc->at);
+	printf("%s:\n", title);
+	t_chan_open(&sc->go);
+	t_chan_open(&sc->done);
+	sc->pid = t_fork_tied(WATCHDOG_S);
+	return sc->pid == 0;
+}
+
+// Parent: the child's exit, and the channels closed.
+static void scene_end(struct scene *sc)
+{
+	T_REPORT("  child exit", t_wait_child(sc->pid));
+	close(sc->go.rd), close(sc->go.wr), close(sc->done.rd), close(sc->done.wr);
+}
+
 // The child closes its copy first; the parent, still listening, is last.
 static void child_closes_first(void)
 {
-	struct t_chan done;
-	struct t_addr at;
-	int lfd = t_listen_loopback(AF_INET, 16, &at);
-	pid_t pid;
+	struct scene sc;
 
-	printf("the child closes first:\n");
-	t_chan_open(&done);
-	pid = t_fork_tied(WATCHDOG_S);
-	if (pid == 0) {
-		T_REPORT("  child close", close(lfd));
-		t_chan_put(&done, 1);
+	if (scene_fork(&sc, "the child closes first")) {
+		T_REPORT("  child close", close(sc.lfd));
+		t_chan_put(&sc.done, 1);
 		_exit(t_finish());
 	}
-	t_chan_get(&done);
-	round_trip_self(lfd, &at);
-	T_REPORT("  child exit", t_wait_child(pid));
-	round_trip_self(lfd, &at);
-	T_REPORT("  parent close", close(lfd));
-	printf("  then a connect: %s\n", try_connect(&at));
-	close(done.rd), close(done.wr);
+	t_chan_get(&sc.done);
+	round_trip_self(sc.lfd, &sc.at);
+	scene_end(&sc);
+	round_trip_self(sc.lfd, &sc.at);
+	T_REPORT("  parent close", close(sc.lfd));
+	printf("  then a connect: %s\n", try_connect(&sc.at));
 }
 
 // The parent closes its copy first; the child, still listening, is last.
 static void parent_closes_first(void)
 {
-	struct t_chan go, done;
-	struct t_addr at;
-	int lfd = t_listen_loopback(AF_INET, 16, &at);
-	pid_t pid;
+	struct scene sc;
+	char b = 'y';
+	int c;
 
-	printf("the parent closes first:\n");
-	t_chan_open(&go);
-	t_chan_open(&done);
-	pid = t_fork_tied(WATCHDOG_S);
-	if (pid == 0) {
+	if (scene_fork(&sc, "the parent closes first")) {
 		int a;
-		char b;
 
-		t_chan_get(&go);
-		a = t_accept(lfd);
+		t_chan_get(&sc.go);
+		a = t_accept(sc.lfd);
 		t_recv_all(a, &b, 1);
 		t_send_all(a, &b, 1);
 		close(a);
-		t_chan_get(&go);	/* once the parent said what it saw */
-		T_REPORT("  child close", close(lfd));
-		t_chan_put(&done, 1);
-		t_chan_get(&go);
+		t_chan_get(&sc.go);	/* once the parent said what it saw */
+		T_REPORT("  child close", close(sc.lfd));
+		t_chan_put(&sc.done, 1);
+		t_chan_get(&sc.go);
 		_exit(t_finish());
 	}
-	T_REPORT("  parent close", close(lfd));
-	t_chan_put(&go, CMD_GO);
-	{
-		int c = t_connect(&at);
-		char b = 'y';
-
-		t_send_all(c, &b, 1);
-		t_recv_all(c, &b, 1);
-		printf("  the child accepted and echoed: %c\n", b);
-		close(c);
-	}
-	t_chan_put(&go, CMD_GO);
-	t_chan_get(&done);
-	printf("  after the child's close, a connect: %s\n", try_connect(&at));
-	t_chan_put(&go, CMD_GO);
-	T_REPORT("  child exit", t_wait_child(pid));
-	close(go.rd), close(go.wr), close(done.rd), close(done.wr);
+	T_REPORT("  parent close", close(sc.lfd));
+	t_chan_put(&sc.go, CMD_GO);
+	c = t_connect(&sc.at);
+	t_send_all(c, &b, 1);
+	t_recv_all(c, &b, 1);
+	printf("  the child accepted and echoed: %c\n", b);
+	close(c);
+	t_chan_put(&sc.go, CMD_GO);
+	t_chan_get(&sc.done);
+	printf("  after the child's close, a connect: %s\n", try_connect(&sc.at));
+	t_chan_put(&sc.go, CMD_GO);
+	scene_end(&sc);
 }
 
 // The child closes while the parent still holds the listener, then the
 // parent: after the parent's close, refused, with no wait for the child.
 static void both_close_child_stays(void)
 {
-	struct t_chan go, done;
-	struct t_addr at;
-	int lfd = t_listen_loopback(AF_INET, 16, &at);
-	pid_t pid;
+	struct scene sc;
 
-	printf("both close, the child lives on:\n");
-	t_chan_open(&go);
-	t_chan_open(&done);
-	pid = t_fork_tied(WATCHDOG_S);
-	if (pid == 0) {
-		T_REPORT("  child close", close(lfd));
-		t_chan_put(&done, 1);
-		t_chan_get(&go);
+	if (scene_fork(&sc, "both close, the child lives on")) {
+		T_REPORT("  child close", close(sc.lfd));
+		t_chan_put(&sc.done, 1);
+		t_chan_get(&sc.go);
 		_exit(t_finish());
 	}
-	t_chan_get(&done);
-	T_REPORT("  parent close", close(lfd));
-	printf("  then a connect: %s\n", try_connect(&at));
-	t_chan_put(&go, CMD_GO);
-	T_REPORT("  child exit", t_wait_child(pid));
-	close(go.rd), close(go.wr), close(done.rd), close(done.wr);
+	t_chan_get(&sc.done);
+	T_REPORT("  parent close", close(sc.lfd));
+	printf("  then a connect: %s\n", try_connect(&sc.at));
+	t_chan_put(&sc.go, CMD_GO);
+	scene_end(&sc);
 }
 
 int main(void)
