@@ -173,18 +173,21 @@ void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_ms
 }
 
 /*
- * The ticket named @name, reading the requests of session @parent first if
- * it is not there yet: the parent sent FORK before the child existed, so
- * its FORK is among them. Not while reading another session's requests
- * already (a claim cannot come from there; nothing recurses).
+ * The ticket named @name for claimer @s, reading the requests of session
+ * @parent first if it is not there yet: the parent sent FORK before the
+ * child existed, so its FORK is among them. Never the claimer's own (a
+ * claim naming itself would have its later requests read inside its
+ * HELLO), and not while reading another session's requests already (a
+ * claim cannot come from there; nothing recurses).
  */
-static struct session *ticket_named(struct shuntd *d, uint64_t name, uint64_t parent)
+static struct session *ticket_named(struct shuntd *d, struct session *s, uint64_t name,
+				    uint64_t parent)
 {
 	static bool reading;
 	struct session *t = shunt_map_get(&d->tickets, name), *p;
 
-	while (!t && !reading && (p = shunt_map_get(&d->sessions, parent)) && !p->ticket &&
-	       p->fd >= 0) {
+	while (!t && !reading && (p = shunt_map_get(&d->sessions, parent)) && p != s &&
+	       !p->ticket && p->fd >= 0) {
 		bool more;
 
 		reading = true;
@@ -199,7 +202,7 @@ static struct session *ticket_named(struct shuntd *d, uint64_t name, uint64_t pa
 
 int shuntd_fork_claim(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m)
 {
-	struct session *t = ticket_named(d, m->ticket, m->parent);
+	struct session *t = ticket_named(d, s, m->ticket, m->parent);
 	struct shunt_list *pos, *tmp;
 
 	if (!t || !t->ticket || t->exec || t->secret != m->secret || (t->pid && t->pid != s->pid))
