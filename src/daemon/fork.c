@@ -25,6 +25,7 @@
 
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/sys.h"
 #include "daemon/shuntd.h"
 
 struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent)
@@ -40,6 +41,7 @@ struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent)
 	t->timerfd = -1;
 	t->timer_watch = SHUNTD_WATCH_EXEC_TIMER;
 	t->ticket = true;
+	shunt_list_init(&t->orphan_node);
 	t->uid = parent->uid;
 	t->gid = parent->gid;
 	t->parent_pid = parent->pid;
@@ -94,6 +96,7 @@ void shuntd_fork(struct shuntd *d, struct session *s, const struct shunt_msg_for
 		return;
 	t->secret = m->secret;
 	t->name = m->ticket;
+	t->parent_session = s->id;
 	if (shunt_map_put(&d->tickets, t->name, t) < 0 || copy_holds(d, s, t) < 0) {
 		shuntd_session_close(d, t);
 		return;
@@ -225,4 +228,48 @@ void shuntd_fork_ticket_exited(struct shuntd *d, struct session *t)
 	shunt_debug("ticket %llu: pid %d exited before claiming it", (unsigned long long)t->id,
 		    (int)t->pid);
 	shuntd_session_close(d, t);
+}
+
+enum { ORPHAN_TICKET_MS = 1000 };	/* long enough for a child's claim to be read */
+
+void shuntd_fork_parent_gone(struct shuntd *d, struct session *s)
+{
+	int64_t at = shunt_sys_now_ms() + ORPHAN_TICKET_MS;
+	struct session *t;
+	uint64_t key;
+	size_t it = 0;
+
+	while ((t = shunt_map_next(&d->tickets, &it, &key)))
+		if (t->parent_session == s->id && t->pidfd < 0 &&
+		    !shunt_list_linked(&t->orphan_node)) {
+			t->orphan_at = at;
+			shunt_list_add_tail(&d->tickets_orphaned, &t->orphan_node);
+		}
+}
+
+int shuntd_fork_next_tick(struct shuntd *d)
+{
+	int64_t left;
+
+	if (shunt_list_empty(&d->tickets_orphaned))
+		return -1;
+	left = shunt_list_first(&d->tickets_orphaned, struct session, orphan_node)->orphan_at -
+	       shunt_sys_now_ms();
+	return left < 0 ? 0 : (int)left;
+}
+
+void shuntd_fork_tick(struct shuntd *d)
+{
+	int64_t now = shunt_sys_now_ms();
+
+	while (!shunt_list_empty(&d->tickets_orphaned)) {
+		struct session *t = shunt_list_first(&d->tickets_orphaned, struct session,
+						     orphan_node);
+
+		if (t->orphan_at > now)
+			break;
+		shunt_debug("ticket %llu: its parent went before naming the child; released",
+			    (unsigned long long)t->id);
+		shuntd_session_close(d, t);	/* takes it off the list */
+	}
 }

@@ -118,6 +118,10 @@ int shuntd_loop_run(struct shuntd *d)
 		tick = shuntd_chan_pages_next_tick(d);
 		if (tick >= 0 && (timeout < 0 || tick < timeout))
 			timeout = tick;
+		/* Fork tickets whose parent went before naming the child are let go. */
+		tick = shuntd_fork_next_tick(d);
+		if (tick >= 0 && (timeout < 0 || tick < timeout))
+			timeout = tick;
 		n = epoll_wait(d->epfd, evs, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -167,6 +171,7 @@ int shuntd_loop_run(struct shuntd *d)
 		shuntd_journal_tick(d);
 		shuntd_chan_tick(d);
 		shuntd_chan_pages_tick(d);
+		shuntd_fork_tick(d);
 		empty_graves(d);
 		if (d->sessions.len)
 			idle_since = shunt_sys_now_ms();

@@ -266,6 +266,11 @@ void shuntd_session_close(struct shuntd *d, struct session *s)
 	shunt_map_del(&d->sessions, s->id);
 	if (s->name && shunt_map_get(&d->tickets, s->name) == s)
 		shunt_map_del(&d->tickets, s->name);
+	if (s->ticket && shunt_list_linked(&s->orphan_node))
+		shunt_list_del(&s->orphan_node);
+	/* A process: the tickets it made and never named a child for are let go soon. */
+	if (!s->ticket)
+		shuntd_fork_parent_gone(d, s);
 	/* The process went away without closing what it held: as the kernel does at exit. */
 	shunt_list_for_each_safe(pos, tmp, &s->holds)
 		shuntd_hold_release(d, shunt_container_of(pos, struct hold, session_node), true);

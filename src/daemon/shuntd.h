@@ -86,6 +86,7 @@ struct shuntd {
 	struct shunt_map circuits;	/* id -> struct circuit */
 	struct shunt_map channels;	/* id -> struct channel */
 	struct shunt_map tickets;	/* a fork ticket's name (its parent's) -> struct session */
+	struct shunt_list tickets_orphaned; /* struct session.orphan_node, by orphan_at */
 	struct shunt_list journals_awake;	/* struct journal.awake_node: read on the next tick */
 	struct shunt_list adopt_pending;	/* struct circuit.adopt_node, by adopt_at */
 	struct shunt_list warm_channels;	/* struct channel.warm_node, by warm_at */
@@ -184,6 +185,14 @@ struct session {
 	bool spawn;			/* ...for a spawned child: its parent is parent_pid */
 	uint64_t secret;
 	uint64_t name;			/* fork tickets: the name the parent gave it (0: none) */
+	uint64_t parent_session;	/* fork tickets: the session that sent FORK */
+	/*
+	 * Fork tickets whose parent went away before FORK_DONE: in
+	 * tickets_orphaned, released at orphan_at (CLOCK_MONOTONIC ms) unless
+	 * the child claims it first.
+	 */
+	struct shunt_list orphan_node;
+	int64_t orphan_at;
 	pid_t parent_pid;
 	int pidfd;			/* the child once known (the process itself for exec), else -1 */
 	int timer_watch;		/* SHUNTD_WATCH_EXEC_TIMER: the loop's tag for timerfd */
@@ -443,6 +452,14 @@ void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_ms
 /* HELLO with SHUNT_HELLO_CLAIM from @s: 0 or -errno. */
 int shuntd_fork_claim(struct shuntd *d, struct session *s, const struct shunt_msg_hello *m);
 void shuntd_fork_ticket_exited(struct shuntd *d, struct session *t);
+/*
+ * Session @s is gone: its fork tickets that never learnt their child's pid
+ * (it died between FORK and FORK_DONE) are released a second from now,
+ * unless claimed first; _next_tick and _tick run that.
+ */
+void shuntd_fork_parent_gone(struct shuntd *d, struct session *s);
+int shuntd_fork_next_tick(struct shuntd *d);
+void shuntd_fork_tick(struct shuntd *d);
 /* The parent of process @pid as /proc says, or -1. */
 pid_t shuntd_parent_of(pid_t pid);
 

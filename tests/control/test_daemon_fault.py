@@ -20,6 +20,7 @@ import os
 import pathlib
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -597,3 +598,30 @@ def test_h_a_server_that_asks_nothing_finds_a_new_shuntd(build_dir, shunt_bin, t
     finally:
         for p in procs:
             p.stop()
+
+
+def test_f_a_parent_that_dies_before_naming_its_child_leaves_no_ticket(build_dir, tmp_path):
+    """A process that sends FORK and dies before FORK_DONE (killed inside
+    fork): its ticket, which a child that lives would claim at once, is let
+    go a second later, so it holds nothing open and shuntd still exits when
+    idle. The session speaks the protocol itself (guess_ids.py)."""
+    from guess_ids import HDR, VERSION, Session, hello
+    fork_type = 14                      # SHUNT_MSG_FORK: unanswered
+    proc, log = _run_daemon(build_dir, tmp_path, "--idle-exit", "1", "--log", "debug")
+    try:
+        sess = Session(str(tmp_path / "s.sock"))
+        status, me, _, fds = hello(sess)
+        for fd in fds:
+            os.close(fd)
+        assert status == 0 and me, status
+        body = struct.pack("<QQ", 0x1234567 | 1, 0x5a5a)
+        sess.sock.send(HDR.pack(fork_type, VERSION, HDR.size + len(body), 99, 0) + body)
+        sess.sock.close()               # gone, FORK_DONE never sent
+        rc = proc.wait(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = log.read_text(errors="replace")
+    assert rc == 0 and "exiting: no client for 1000 ms" in said, said
+    assert "its parent went before naming the child; released" in said, said
