@@ -647,6 +647,8 @@ static void run_start(void)
 	shunt_map_init(&d->sessions);
 	shunt_map_init(&d->listeners);
 	shunt_map_init(&d->circuits);
+	shunt_map_init(&d->tickets);
+	shunt_list_init(&d->tickets_orphaned);
 	F.nmaps = 0;
 	for (int i = 0; i < NPEERS; i++) {
 		struct peer *pe = &F.peer[i];
@@ -673,6 +675,8 @@ static void run_end(void)
 		CHECK(s->ticket, "a session without a process");
 		shuntd_fork_ticket_exited(d, s);
 	}
+	CHECK(d->tickets.len == 0 && shunt_list_empty(&d->tickets_orphaned),
+	      "a fork ticket outlives its session");
 	CHECK(d->listeners.len == 0, "a listener outlives its holders");
 	CHECK(d->circuits.len == 0, "a circuit outlives its ends");
 	/* But shuntd's own, which stays once made (netns.c, shuntd_netns_put), unheld. */
@@ -692,6 +696,7 @@ static void run_end(void)
 	shunt_map_free(&d->sessions);
 	shunt_map_free(&d->listeners);
 	shunt_map_free(&d->circuits);
+	shunt_map_free(&d->tickets);
 	shunt_map_free(&d->netns);
 	close(d->epfd);
 	CHECK(open_fds() == F.baseline, "a descriptor leaked");
