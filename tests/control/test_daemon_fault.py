@@ -411,6 +411,19 @@ def _run_daemon(build_dir, tmp_path, *args):
     return proc, log
 
 
+def _exit_of(proc, log, act):
+    """Do @act to shuntd @proc (from _run_daemon), then its exit status and
+    log once it ended by itself (within HANG_S: else it is killed)."""
+    try:
+        act()
+        rc = proc.wait(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return rc, log.read_text(errors="replace")
+
+
 @pytest.mark.parametrize("how", ["SIGTERM", "idle", "SIGSEGV", "SIGABRT"])
 def test_f_every_exit_says_why(build_dir, tmp_path, how):
     """Whatever ends shuntd, its log's last word says what: a signal (and
@@ -418,15 +431,12 @@ def test_f_every_exit_says_why(build_dir, tmp_path, how):
     still dies of that signal."""
     args = ["--idle-exit", "1"] if how == "idle" else []
     proc, log = _run_daemon(build_dir, tmp_path, *args)
-    try:
+
+    def act():
         if how != "idle":
             os.kill(proc.pid, getattr(signal, how))
-        rc = proc.wait(timeout=HANG_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    said = log.read_text(errors="replace")
+
+    rc, said = _exit_of(proc, log, act)
     if how == "SIGTERM":
         assert rc == 0 and f"exiting: signal 15 (SIGTERM) from pid {os.getpid()}" in said, said
     elif how == "idle":
@@ -608,7 +618,8 @@ def test_f_a_parent_that_dies_before_naming_its_child_leaves_no_ticket(build_dir
     from guess_ids import HDR, VERSION, Session, hello
     fork_type = 14                      # SHUNT_MSG_FORK: unanswered
     proc, log = _run_daemon(build_dir, tmp_path, "--idle-exit", "1", "--log", "debug")
-    try:
+
+    def act():
         sess = Session(str(tmp_path / "s.sock"))
         status, me, _, fds = hello(sess)
         for fd in fds:
@@ -617,11 +628,7 @@ def test_f_a_parent_that_dies_before_naming_its_child_leaves_no_ticket(build_dir
         body = struct.pack("<QQ", 0x1234567 | 1, 0x5a5a)
         sess.sock.send(HDR.pack(fork_type, VERSION, HDR.size + len(body), 99, 0) + body)
         sess.sock.close()               # gone, FORK_DONE never sent
-        rc = proc.wait(timeout=HANG_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    said = log.read_text(errors="replace")
+
+    rc, said = _exit_of(proc, log, act)
     assert rc == 0 and "exiting: no client for 1000 ms" in said, said
     assert "its parent went before naming the child; released" in said, said
