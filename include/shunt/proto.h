@@ -341,15 +341,12 @@ struct shunt_msg_close {
 /*
  * FORK, before fork(): shuntd makes a ticket that holds everything this
  * session holds, for the child, and counts the child as a holder of each
- * circuit end. The child claims it in its HELLO; FORK_DONE tells shuntd the
- * child's pid (so a child that dies before claiming releases it) or, with
- * pid 0, that fork failed.
- */
-/*
- * FORK: the parent names the ticket and its secret (random, from the
- * library) and does not wait: shuntd makes the ticket when it reads this,
- * before any later request of the parent's, and a claim that comes first
- * reads the parent's requests until it does.
+ * circuit end. The parent names the ticket and its secret (random, from
+ * the library) and does not wait: shuntd makes the ticket when it reads
+ * this, before any later request of the parent's, and a claim that comes
+ * first reads the parent's requests until it does. The child claims it in
+ * its HELLO; FORK_DONE tells shuntd the child's pid (so a child that dies
+ * before claiming releases it) or, with pid 0, that fork failed.
  */
 struct shunt_msg_fork {
 	struct shunt_msg_hdr h;

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -54,8 +53,8 @@ struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent)
 	shunt_map_init(&t->links);
 	shunt_list_init(&t->channels);
 	shunt_map_init(&t->chans_given);
-	if (getrandom(&t->secret, sizeof(t->secret), 0) != sizeof(t->secret) ||
-	    shunt_map_put(&d->sessions, t->id, t) < 0) {
+	/* A fork ticket's secret is its parent's to name (shuntd_fork); an exec ticket has none. */
+	if (shunt_map_put(&d->sessions, t->id, t) < 0) {
 		free(t);
 		return NULL;
 	}

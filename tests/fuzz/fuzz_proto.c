@@ -24,8 +24,8 @@
  * up to 7 descriptors, so that "too many" is reached), scribble on a
  * circuit's shared control page as a hostile process may, or let a process
  * exit and another take its place. Two liberties, so that a corpus replays
- * the same way in any run: getrandom() is deterministic (ticket secrets,
- * companion sequence numbers), and a CONNECT to port 1..4 is rewritten to
+ * the same way in any run: getrandom() is deterministic (companion
+ * sequence numbers), and a CONNECT to port 1..4 is rewritten to
  * the ephemeral port of the harness's listening socket 0..3.
  * tests/fuzz/make_corpus.py writes the seeds; FUZZ_TRACE=1 tells the story
  * of an input.
@@ -129,7 +129,7 @@ static struct {
 
 /*
  * Deterministic, so that a corpus replays the same way (see the top
- * comment): every ticket's secret is 0x5a5a5a5a5a5a5a5a.
+ * comment): every companion's sequence numbers are 0x5a... .
  */
 ssize_t getrandom(void *buf, size_t len, unsigned flags)
 {
