@@ -39,15 +39,19 @@ static uint32_t ctl_seq;		/* under ctl_lock */
 static int64_t ctl_retry_at;		/* under ctl_lock: no reconnect before */
 static bool ctl_warned;			/* under ctl_lock */
 static bool ctl_had_session;		/* under ctl_lock: a session was opened before */
-/* A fork child's claim of its parent's ticket, sent without waiting for it (fork.h). */
-static enum { CLAIM_NONE, CLAIM_SENT, CLAIM_GRANTED, CLAIM_REFUSED } claim_state; /* ctl_lock */
 /*
- * Whether shuntd may not have read yet the FORK this process sent (as a
- * parent: no reply to a later request came), or the claim it sent (as a
- * child): the holders counted in each circuit end may not include the
- * other process yet (shunt_ctl_holders_known). Written under ctl_lock.
+ * A fork child's claim of its parent's ticket, sent without waiting for it
+ * (fork.h): written under ctl_lock, read without it where a load will do.
  */
-static _Atomic bool fork_unheard, claim_unanswered;
+enum { CLAIM_NONE, CLAIM_SENT, CLAIM_GRANTED, CLAIM_REFUSED };
+static _Atomic int claim_state;
+/*
+ * Whether shuntd may not have read yet the FORK this process sent (no
+ * reply to a later request came): the holders counted in each circuit end
+ * may not include the child yet (shunt_ctl_holders_known). Written under
+ * ctl_lock.
+ */
+static _Atomic bool fork_unheard;
 static uint32_t ctl_fork_seq;		/* under ctl_lock: that FORK's */
 static _Atomic uint64_t session_id;	/* written under ctl_lock; 0: no session */
 static uint64_t claim_ticket, claim_secret, claim_parent; /* ctl_lock: a fork child's first HELLO */
@@ -98,13 +102,6 @@ void shunt_ctl_fork_parent(void)
 	pthread_mutex_unlock(&ctl_lock);
 }
 
-/* Under ctl_lock. */
-static void set_claim_state(int st)
-{
-	claim_state = st;
-	atomic_store_explicit(&claim_unanswered, st == CLAIM_SENT, memory_order_release);
-}
-
 void shunt_ctl_after_fork(void)
 {
 	/* Only this thread exists in the child; the lock may have been held. */
@@ -114,7 +111,7 @@ void shunt_ctl_after_fork(void)
 	ctl_fd = -1;
 	ctl_retry_at = 0;
 	claim_ticket = 0;
-	set_claim_state(CLAIM_NONE);
+	atomic_store(&claim_state, CLAIM_NONE);
 	atomic_store(&fork_unheard, false);	/* the parent's FORK: its to hear of */
 	ctl_hello_pending = ctl_late = false;
 	atomic_store(&session_id, 0);
@@ -139,7 +136,7 @@ static void drop_session(const char *why, int err)
 	ctl_hello_pending = ctl_late = false;
 	/* A claim that got no answer holds nothing for us. */
 	if (claim_state == CLAIM_SENT)
-		set_claim_state(CLAIM_REFUSED);
+		atomic_store(&claim_state, CLAIM_REFUSED);
 	atomic_store(&fork_unheard, false);
 	atomic_store(&session_id, 0);
 	ctl_retry_at = shunt_now_ns() + 1000000000;
@@ -246,7 +243,7 @@ static int hello_answered_locked(int r, struct answer *a)
 {
 	/* A claim is granted only by a reply that opens the session below. */
 	if (ctl_hello.flags & SHUNT_HELLO_CLAIM)
-		set_claim_state(CLAIM_REFUSED);
+		atomic_store(&claim_state, CLAIM_REFUSED);
 	if (r == -EMFILE || (r == SHUNT_OK && a->truncated)) {
 		/* Out of descriptors: shuntd ends the session it began when we close. */
 		shunt_close_replies(a->fds, a->nfds);
@@ -278,7 +275,7 @@ static int hello_answered_locked(int r, struct answer *a)
 	}
 	atomic_store(&session_id, hr->session);
 	if (claimed)
-		set_claim_state(CLAIM_GRANTED);
+		atomic_store(&claim_state, CLAIM_GRANTED);
 	if (ctl_warned && ctl_had_session)
 		shunt_info("shuntd at %s answers again", ctl_addr.sun_path);
 	ctl_warned = false;
@@ -593,14 +590,15 @@ int shunt_ctl_claim_send(uint64_t ticket, uint64_t secret, uint64_t parent)
 	claim_ticket = ticket;
 	claim_secret = secret;
 	claim_parent = parent;
-	set_claim_state(CLAIM_SENT);
+	atomic_store(&claim_state, CLAIM_SENT);
 	/* Taken now only if it is here already; else by whoever needs the session first. */
 	r = open_session_locked(0);
 	claim_ticket = 0;
 	if (r == -ETIMEDOUT)
 		r = 0;
 	if (r < 0 || claim_state == CLAIM_REFUSED) {
-		set_claim_state(CLAIM_NONE);	/* the caller lets go of what it inherited at once */
+		/* The caller lets go of what it inherited at once. */
+		atomic_store(&claim_state, CLAIM_NONE);
 		r = r < 0 ? r : -EACCES;
 	}
 	pthread_mutex_unlock(&ctl_lock);
@@ -615,19 +613,14 @@ int shunt_ctl_claim_finish(void)
 	if (claim_state == CLAIM_SENT)
 		open_session_locked(-1);
 	r = claim_state == CLAIM_GRANTED ? 0 : -EACCES;
-	set_claim_state(CLAIM_NONE);	/* settled: the caller acts on it */
+	atomic_store(&claim_state, CLAIM_NONE);	/* settled: the caller acts on it */
 	pthread_mutex_unlock(&ctl_lock);
 	return r;
 }
 
 bool shunt_ctl_claim_refused(void)
 {
-	bool refused;
-
-	pthread_mutex_lock(&ctl_lock);
-	refused = claim_state == CLAIM_REFUSED;
-	pthread_mutex_unlock(&ctl_lock);
-	return refused;
+	return atomic_load(&claim_state) == CLAIM_REFUSED;
 }
 
 /* Send a message that has no reply. */
@@ -1056,7 +1049,7 @@ int shunt_ctl_fork(uint64_t *ticket, uint64_t *secret)
 bool shunt_ctl_holders_known(void)
 {
 	return !atomic_load_explicit(&fork_unheard, memory_order_acquire) &&
-	       !atomic_load_explicit(&claim_unanswered, memory_order_acquire);
+	       atomic_load_explicit(&claim_state, memory_order_acquire) != CLAIM_SENT;
 }
 
 void shunt_ctl_fork_done(uint64_t ticket, pid_t pid)

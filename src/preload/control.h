@@ -141,8 +141,8 @@ void shunt_ctl_fork_done(uint64_t ticket, pid_t pid);
 
 /*
  * In the fork child: open our own session, claiming the ticket of session
- * @parent (the parent's), without waiting for the answer. 0 once the claim is sent (or granted),
- * or -errno: no session, or a claim refused already.
+ * @parent (the parent's), without waiting for the answer. 0 once the claim
+ * is sent (or granted), or -errno: no session, or a claim refused already.
  */
 int shunt_ctl_claim_send(uint64_t ticket, uint64_t secret, uint64_t parent);
 

@@ -25,9 +25,10 @@
 #include <sys/types.h>
 
 void shunt_fork_enter(void);
+void shunt_fork_leave(void);
+
 /* In a fork child whose claim is unanswered: take the answer, then routes. Else nothing. */
 void shunt_fork_settle(void);
-void shunt_fork_leave(void);
 
 /*
  * No holding made or dropped from freeze to thaw (the fork lock held
