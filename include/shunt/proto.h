@@ -169,17 +169,25 @@ enum shunt_unlisten_flags {
 	/* shutdown(SHUT_RD): the socket stops listening for every holder, not just this one. */
 	SHUNT_UNLISTEN_SHUTDOWN = 1u << 0,
 	/*
-	 * Not answered: another session holds the listener too, so this
+	 * Not answered: others of the holder's family (the processes forked
+	 * from one another that hold it) hold the listener still, so this
 	 * holder's leaving changes nothing anyone sees, and it does not wait.
 	 */
 	SHUNT_UNLISTEN_UNANSWERED = 1u << 1,
+	/* One of the family's closes, counted in @after of its last (docs/protocol.md). */
+	SHUNT_UNLISTEN_COUNTED = 1u << 2,
 };
 
 struct shunt_msg_unlisten {
 	struct shunt_msg_hdr h;
 	uint64_t listener;
 	uint32_t flags;			/* enum shunt_unlisten_flags */
-	uint32_t reserved;
+	/*
+	 * Answered once shuntd has read this many COUNTED closes of the
+	 * listener (this one included), or it is gone, or a second passed:
+	 * the family's last holder, whose others did not wait. 0: at once.
+	 */
+	uint32_t after;
 };
 
 enum shunt_connect_flags {

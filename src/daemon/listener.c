@@ -206,6 +206,7 @@ void shuntd_listener_register(struct shuntd *d, struct session *s,
 	shunt_list_init(&l->synq);
 	shunt_list_init(&l->deferq);
 	shunt_list_init(&l->channels);
+	shunt_list_init(&l->waiters);
 	if (r == 0)
 		r = enter(d, l);
 	if (r == 0 && !shuntd_hold_listener(d, l, s)) {
@@ -231,6 +232,7 @@ void shuntd_listener_unregister(struct shuntd *d, struct session *s,
 {
 	struct listener *l = shunt_map_get(&d->listeners, m->listener);
 	struct hold *h = l ? shuntd_hold_find_listener(s, l) : NULL;
+	int status = h ? SHUNT_OK : -ENOENT;
 
 	/*
 	 * Answered once done, so that the program's next call sees the
@@ -241,9 +243,16 @@ void shuntd_listener_unregister(struct shuntd *d, struct session *s,
 		shuntd_listener_destroy(d, l);
 	else if (h)
 		shuntd_hold_release(d, h, false);	/* the last one destroys it */
-	if (!(m->flags & SHUNT_UNLISTEN_UNANSWERED))
-		shuntd_session_reply_status(s, SHUNT_MSG_UNLISTEN, m->h.seq,
-					    h ? SHUNT_OK : -ENOENT);
+	/* Still there (the id is never used again), or gone with its waiters answered. */
+	l = shunt_map_get(&d->listeners, m->listener);
+	if (l && (m->flags & SHUNT_UNLISTEN_COUNTED))
+		shuntd_family_counted(d, l);
+	if (m->flags & SHUNT_UNLISTEN_UNANSWERED)
+		return;
+	/* Its family's last holder: once the others' closes are read (family.c). */
+	if (l && shuntd_family_wait(d, l, s, m->h.seq, m->after, status))
+		return;
+	shuntd_session_reply_status(s, SHUNT_MSG_UNLISTEN, m->h.seq, status);
 }
 
 struct session *shuntd_listener_holder(struct listener *l)
@@ -355,6 +364,8 @@ void shuntd_listener_destroy(struct shuntd *d, struct listener *l)
 
 	/* Its channels close, and what is queued in them is reset. */
 	shuntd_chan_listener_gone(d, l);
+	/* Its family's last closes are done. */
+	shuntd_family_listener_gone(d, l);
 	/* A SYN still waiting for room meets a closed port: connection refused. */
 	shunt_list_for_each_safe(pos, tmp, &l->synq) {
 		struct circuit *c = shunt_container_of(pos, struct circuit, queue_node);

@@ -122,6 +122,10 @@ int shuntd_loop_run(struct shuntd *d)
 		tick = shuntd_fork_next_tick(d);
 		if (tick >= 0 && (timeout < 0 || tick < timeout))
 			timeout = tick;
+		/* A family's last close stops waiting for closes that never came. */
+		tick = shuntd_family_next_tick(d);
+		if (tick >= 0 && (timeout < 0 || tick < timeout))
+			timeout = tick;
 		n = epoll_wait(d->epfd, evs, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -172,6 +176,7 @@ int shuntd_loop_run(struct shuntd *d)
 		shuntd_chan_tick(d);
 		shuntd_chan_pages_tick(d);
 		shuntd_fork_tick(d);
+		shuntd_family_tick(d);
 		empty_graves(d);
 		if (d->sessions.len)
 			idle_since = shunt_sys_now_ms();

@@ -87,6 +87,7 @@ struct shuntd {
 	struct shunt_map channels;	/* id -> struct channel */
 	struct shunt_map tickets;	/* a fork ticket's name (its parent's) -> struct session */
 	struct shunt_list tickets_orphaned; /* struct session.orphan_node, by orphan_at */
+	struct shunt_list family_waiting;	/* family.c's waiting closes, by when they give up */
 	struct shunt_list journals_awake;	/* struct journal.awake_node: read on the next tick */
 	struct shunt_list adopt_pending;	/* struct circuit.adopt_node, by adopt_at */
 	struct shunt_list warm_channels;	/* struct channel.warm_node, by warm_at */
@@ -356,6 +357,8 @@ struct listener {
 	 */
 	int bells;
 	struct shunt_list channels;	/* struct channel.listener_node */
+	uint32_t closes;		/* COUNTED closes read (family.c) */
+	struct shunt_list waiters;	/* family.c: its last holders' closes, not answered yet */
 };
 
 /*
@@ -559,6 +562,21 @@ int shuntd_listener_next_tick(struct shuntd *d);
 void shuntd_listener_tick(struct shuntd *d);
 /* A session holding @l, for the status display (NULL if none). */
 struct session *shuntd_listener_holder(struct listener *l);
+
+/*
+ * family.c: a listener's family closing (preload/family.h). _counted: a
+ * COUNTED close of @l was read, which may answer waiting ones. _wait: the
+ * last holder's close (@seq of @s, answered @status) waits for @after
+ * counted closes; false if it need not (answer it now). _listener_gone:
+ * @l goes, its waiters are answered. _next_tick and _tick answer those
+ * that waited too long.
+ */
+void shuntd_family_counted(struct shuntd *d, struct listener *l);
+bool shuntd_family_wait(struct shuntd *d, struct listener *l, struct session *s, uint32_t seq,
+			uint32_t after, int status);
+void shuntd_family_listener_gone(struct shuntd *d, struct listener *l);
+int shuntd_family_next_tick(struct shuntd *d);
+void shuntd_family_tick(struct shuntd *d);
 
 /* netns.c: network namespaces, their addresses, and which one a connect reaches */
 int shuntd_netns_init(struct shuntd *d);

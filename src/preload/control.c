@@ -663,7 +663,7 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_
 		if (!a.truncated)
 			return -EPROTO;
 		/* Its bells did not arrive: the listener stays kernel-only. */
-		shunt_ctl_unlisten(*listener, false);
+		shunt_ctl_unlisten(*listener, false, (struct shunt_family_leave){ 0 });
 		*listener = 0;
 		return -EMFILE;
 	}
@@ -692,13 +692,13 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_
 	out->bells = out->doorbell = out->announce = -1;
 	if (!refresh) {
 		/* Nowhere to keep them: the listener stays kernel-only. */
-		shunt_ctl_unlisten(*listener, false);
+		shunt_ctl_unlisten(*listener, false, (struct shunt_family_leave){ 0 });
 		*listener = 0;
 	}
 	return r;
 }
 
-void shunt_ctl_unlisten(uint64_t listener, bool shutdown)
+void shunt_ctl_unlisten(uint64_t listener, bool shutdown, struct shunt_family_leave lv)
 {
 	struct shunt_msg_unlisten m;
 	struct answer a = { .want = 0 };
@@ -706,22 +706,29 @@ void shunt_ctl_unlisten(uint64_t listener, bool shutdown)
 	shunt_proto_init(&m, SHUNT_MSG_UNLISTEN, sizeof(m), 0);
 	m.listener = listener;
 	m.flags = shutdown ? SHUNT_UNLISTEN_SHUTDOWN : 0;
+	if (lv.counted)
+		m.flags |= SHUNT_UNLISTEN_COUNTED;
 	/*
-	 * Held by another session too (a fork child closing what its parent
-	 * listens on): like the close of one of several references to a
-	 * kernel socket, it changes nothing anyone can see. shuntd hears of
-	 * it before any later request of ours, and nobody waits for it.
+	 * Held by others of its family still (a fork child closing what its
+	 * parent listens on): like the close of one of several references to
+	 * a kernel socket, it changes nothing anyone can see. shuntd hears of
+	 * it before any later request of ours, and nobody waits for it. The
+	 * directory must agree: a family's count stays high for a holder
+	 * that died without closing, which shuntd has seen go.
 	 */
-	if (!shutdown && shunt_directory_listener_holders(listener) >= 2) {
+	if (lv.counted && lv.others && shunt_directory_listener_holders(listener) >= 2) {
 		m.flags |= SHUNT_UNLISTEN_UNANSWERED;
 		notify(&m);
 		return;
 	}
 	/*
 	 * Waited for: the port and the queue must be as the kernel leaves
-	 * them when close() returns. Only on the session that knows the
-	 * listener: a new one (shuntd restarted) would not.
+	 * them when close() returns. The family's last holder has shuntd read
+	 * the others' closes first (preload/family.h). Only on the session
+	 * that knows the listener: a new one (shuntd restarted) would not.
 	 */
+	if (lv.counted && !lv.others)
+		m.after = lv.closes;
 	pthread_mutex_lock(&ctl_lock);
 	if (ctl_fd >= 0 && may_ask(shunt_seccomp_chain(), ctl_fd)) {
 		exchange_locked(&m, NULL, 0, &a, NULL);

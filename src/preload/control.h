@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "preload/family.h"
 #include "shunt/proto.h"
 
 /*
@@ -84,8 +85,12 @@ struct shunt_listen_fds {
  */
 int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_listen_fds *out);
 
-/* Let go of a listener (@shutdown: it stops listening for every process holding it). */
-void shunt_ctl_unlisten(uint64_t listener, bool shutdown);
+/*
+ * Let go of a listener (@shutdown: it stops listening for every process
+ * holding it), as @lv, this process's leaving of its family, says: not
+ * waited for while others of the family hold it.
+ */
+void shunt_ctl_unlisten(uint64_t listener, bool shutdown, struct shunt_family_leave lv);
 
 /*
  * Ask for a circuit from bound socket @fd to @dst. Returns 0 with *@g,

@@ -21,6 +21,7 @@
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/exec.h"
+#include "preload/family.h"
 #include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
@@ -251,6 +252,13 @@ struct shunt_exec_undo shunt_exec_prepare(const struct shunt_exec_target *t)
 	/* A fork child's sockets are handed on as its own, once its claim is answered. */
 	shunt_fork_settle();
 	shunt_fork_freeze();
+	/*
+	 * The new image keeps our listeners outside our family (it cannot
+	 * map the family's page); so do we if the exec fails, which is only
+	 * a wait more at our close.
+	 */
+	if (!t->spawn)
+		shunt_family_forsake();
 	n = collect(&v, t->spawn);
 	for (size_t i = 0; i < n; i++)
 		nconn += !v[i].listener;

@@ -12,6 +12,7 @@
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
+#include "preload/family.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
 #include "preload/journal.h"
@@ -147,6 +148,8 @@ static void orphan_inherited(void)
 		}
 		shunt_sock_put(s);
 	}
+	/* Nothing of the parent's is ours at shuntd: our closes of its listeners wait. */
+	shunt_family_forsake();
 }
 
 /*
@@ -183,6 +186,8 @@ static uint64_t fork_begin(uint64_t *secret, uint64_t *parent)
 		shunt_warn("fork while shuntd is unreachable: the child's connections in shared "
 			   "memory end when the parent closes them");
 	}
+	/* The child holds our listeners too (it forsakes them if it holds nothing at shuntd). */
+	shunt_family_fork();
 	return ticket;
 }
 
@@ -222,6 +227,8 @@ static void fork_parent_end(uint64_t ticket, pid_t pid)
 {
 	if (ticket)
 		shunt_ctl_fork_done(ticket, pid);
+	if (pid < 0)
+		shunt_family_unfork();
 	pthread_rwlock_unlock(&fork_lock);
 }
 

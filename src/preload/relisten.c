@@ -18,6 +18,7 @@
 #include "preload/control.h"
 #include "preload/epoll.h"
 #include "preload/explain.h"
+#include "preload/family.h"
 #include "preload/fdlimit.h"
 #include "preload/fdtable.h"
 #include "preload/fork.h"
@@ -186,6 +187,14 @@ static void renew(struct shunt_sock *s, int fd)
 		r = shunt_ctl_listen(kfd, 0, &id, &got);
 	shunt_close_internal(kfd);
 	if (r == 0) {
+		/*
+		 * A new shuntd counts no close made before it: from now on this
+		 * process is a family of its own, whose closes wait (family.h).
+		 */
+		if (id != s->listener) {
+			shunt_family_leave(s->family_slot, false);
+			s->family_slot = shunt_family_join();
+		}
 		/* Ids of two daemons never meet: the same id is the same registration. */
 		swap_bell(s, id, &got, id == s->listener ? 1 : same_file(got.bells, s->bells));
 		shunt_info("listener on fd %d registered again with shuntd", fd);

@@ -11,6 +11,7 @@
 #include "preload/conn.h"
 #include "preload/control.h"
 #include "preload/epoll.h"
+#include "preload/family.h"
 #include "preload/fork.h"
 #include "preload/listenwait.h"
 #include "preload/recycle.h"
@@ -55,6 +56,7 @@ struct shunt_sock *shunt_sock_new(int domain, bool nonblock)
 	atomic_store(&s->so_error, 0);
 	s->connect_report = SHUNT_CONNECT_NONE;
 	s->listener = 0;
+	s->family_slot = SHUNT_FAMILY_NONE;
 	s->bells = s->doorbell = s->announce = -1;
 	s->accept_ep = s->accept_bells = s->accept_baton = -1;
 	s->announce_pid = 0;
@@ -93,10 +95,14 @@ void shunt_sock_retire_conn(struct shunt_sock *s, bool abort)
 void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown)
 {
 	if (s->listener) {
-		shunt_ctl_unlisten(s->listener, shutdown);
+		shunt_ctl_unlisten(s->listener, shutdown,
+				   shunt_family_leave(s->family_slot, !shutdown));
 		shunt_chan_forget_listener(s->listener);
+	} else {
+		shunt_family_leave(s->family_slot, false);
 	}
 	s->listener = 0;
+	s->family_slot = SHUNT_FAMILY_NONE;
 }
 
 int shunt_sock_register(struct shunt_sock *s, int fd)
@@ -113,6 +119,9 @@ int shunt_sock_register(struct shunt_sock *s, int fd)
 	s->doorbell = got.doorbell;
 	s->announce = got.announce;
 	s->announce_pid = shunt_pid;
+	/* Registered again (a new shuntd): the family is the same. */
+	if (s->family_slot == SHUNT_FAMILY_NONE)
+		s->family_slot = shunt_family_join();
 	shunt_listen_wait_open(s, fd);
 	return 0;
 }

@@ -70,6 +70,7 @@ struct shunt_sock {
 	_Atomic int so_error;		/* pending error of a failed circuit connect */
 	int connect_report;		/* enum shunt_connect_report, under lock */
 	uint64_t listener;		/* id at shuntd, 0 if not registered; under lock */
+	int family_slot;		/* preload/family.h, SHUNT_FAMILY_NONE if none; under lock */
 	/*
 	 * The listener's bells (hidden epoll instance, shuntd's): readable
 	 * while a circuit is counted queued, at shuntd or in a channel; or -1.

@@ -319,6 +319,84 @@ def test_a_fork_child_closing_a_shared_listener_does_not_wait(daemon, shunt_cli,
     assert sum(st.get("shm_connect", 0) for st in per_pid) >= 2, per_pid
 
 
+FORK_BOTH_CLOSE = textwrap.dedent("""\
+    import os, socket, sys
+
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(8)
+    port = ls.getsockname()[1]
+    c = socket.create_connection(("127.0.0.1", port))   # warm: the session, the channel
+    a, _ = ls.accept()
+    a.close()
+    c.close()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.read(r, 1)
+        ls.close()              # the parent still listens: not waited for
+        os._exit(7)
+    print("forked", flush=True)
+    sys.stdin.readline()        # shuntd is stopped now
+    os.write(w, b"g")
+    print("child closed and exited", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]),
+          flush=True)
+    ls.close()                  # the last holder: refused from now on
+    print("parent closed", flush=True)
+    try:
+        socket.create_connection(("127.0.0.1", port)).close()
+        print("then connected", flush=True)
+    except ConnectionRefusedError:
+        print("then refused", flush=True)
+    """)
+
+
+def fork_both_close_scene(pre, env, tmp_path, daemon_proc=None):
+    """FORK_BOTH_CLOSE under @pre, shuntd (if given) stopped from before the
+    child's close until 2 s after the child exited: each line printed, and
+    whether the parent's close returned while shuntd was stopped."""
+    prog_py = tmp_path / "fork_both_close.py"
+    prog_py.write_text(FORK_BOTH_CLOSE)
+    prog = Prog(pre + [sys.executable, str(prog_py)], env)
+    early = False
+    try:
+        out = [prog.line()]
+        if daemon_proc:
+            os.kill(daemon_proc.pid, signal.SIGSTOP)
+        out.append(prog.ask(""))
+        if daemon_proc:
+            early = bool(select.select([prog.proc.stdout], [], [], 2)[0])
+            os.kill(daemon_proc.pid, signal.SIGCONT)
+        out += [prog.line(), prog.line()]
+        prog.end()
+    finally:
+        prog.proc.kill()
+        prog.proc.wait()
+    return out, early
+
+
+def test_a_fork_familys_last_close_waits_for_the_others(daemon, shunt_cli, tools, tmp_path):
+    """Regression: a fork child closed the listener without waiting (its
+    parent held it), then the parent closed it, also without waiting, since
+    shuntd had not read the child's close yet and still counted two
+    holders; a connect after both closes was accepted where the kernel
+    refuses it (seen in CI in t_proc_fork_listener). The parent is the
+    last holder of their family: its close waits until shuntd has read
+    the child's, and a connect after it is refused."""
+    (tmp_path / "plain").mkdir()
+    plain, _ = fork_both_close_scene([], tools.plain_env(), tmp_path / "plain")
+    assert plain == ["forked", "child closed and exited 7", "parent closed",
+                     "then refused"], plain
+
+    proc, sock = daemon
+    env = tools.plain_env()
+    env.update(SHUNT_SOCKET=sock)
+    out, early = fork_both_close_scene([str(shunt_cli()), "run", "--"], env, tmp_path,
+                                       daemon_proc=proc)
+    assert out == plain, out
+    assert not early, "the last holder's close returned while shuntd was stopped"
+
+
 FORK_ANSWER = textwrap.dedent("""\
     import os, signal, socket, sys
 

@@ -104,6 +104,9 @@ struct peer {
 	uint64_t id;			/* its session in shuntd */
 	int kept[KEEP];			/* ring of kernel sockets, -1 when empty */
 	unsigned nkept;
+	/* UNLISTENs whose answer shuntd may still give (a family's last close, family.c). */
+	uint32_t owed[MAX_OPS];
+	unsigned nowed;
 };
 
 struct reply {
@@ -311,6 +314,7 @@ static void peer_exit(struct peer *pe)
 		return;
 	close(pe->fd);
 	pe->fd = -1;
+	pe->nowed = 0;	/* their answers went with the socket */
 	if (s)
 		shuntd_session_input(&F.d, s);
 	CHECK(!shunt_map_get(&F.d.sessions, pe->id), "session outlives EOF");
@@ -473,9 +477,12 @@ static unsigned fds_due(uint16_t type)
 	return k ? k->fds : 0;
 }
 
+enum { DUE_NOW_OR_LATER = -2 };
+
 /*
  * How many replies a record with @nfds descriptors must get (-1: any, e.g.
- * STATUS's stream), from docs/protocol.md: shuntd answers what it can tell
+ * STATUS's stream; DUE_NOW_OR_LATER: one, now or in a later step), from
+ * docs/protocol.md: shuntd answers what it can tell
  * was a request that wants an answer; a record it could not read whole
  * (truncated, too many descriptors, shorter than a header) is refused
  * unanswered, and so is anything that is not a request.
@@ -499,9 +506,14 @@ static int replies_due(const uint8_t *rec, size_t len, unsigned nfds)
 	case SHUNT_ANSWER_SHARED:
 		return valid && (((const struct shunt_msg_close *)(const void *)rec)->flags &
 				 SHUNT_CLOSE_SHARED);
-	case SHUNT_ANSWER_ASKED:
-		return valid && !(((const struct shunt_msg_unlisten *)(const void *)rec)->flags &
-				  SHUNT_UNLISTEN_UNANSWERED);
+	case SHUNT_ANSWER_ASKED: {
+		const struct shunt_msg_unlisten *m = (const void *)rec;
+
+		if (!valid || (m->flags & SHUNT_UNLISTEN_UNANSWERED))
+			return 0;
+		/* A family's last close: now, or once the closes it names are read. */
+		return m->after ? DUE_NOW_OR_LATER : 1;
+	}
 	case SHUNT_ANSWER_NEVER:
 		break;
 	}
@@ -528,6 +540,61 @@ static void check_decoder(const uint8_t *rec, size_t len)
 	      "check passed a record of the wrong size");
 }
 
+enum { MAX_REPLIES = MAX_OPS + 8 };	/* every answer owed, and a few */
+
+/* Whether @r is an answer shuntd owed @pe; then it owes it no more. */
+static bool take_owed(struct peer *pe, const struct reply *r)
+{
+	if (r->type != (SHUNT_MSG_UNLISTEN | SHUNT_MSG_REPLY))
+		return false;
+	for (unsigned i = 0; i < pe->nowed; i++)
+		if (pe->owed[i] == r->seq) {
+			pe->owed[i] = pe->owed[--pe->nowed];
+			return true;
+		}
+	return false;
+}
+
+/*
+ * The @count replies @got to request @msg (@len bytes, @made descriptors),
+ * which is due @due of them: each is its answer, or one owed from before.
+ */
+static void check_replies(struct peer *pe, const uint8_t *msg, size_t len, unsigned made,
+			  int due, const struct reply *got, unsigned count)
+{
+	const struct shunt_msg_hdr *h = (const void *)msg;
+	unsigned mine = 0;
+
+	for (unsigned i = 0; i < count; i++) {
+		bool its = due != 0 && got[i].type == (h->type | SHUNT_MSG_REPLY) &&
+			   got[i].seq == h->seq;
+
+		/* An owed answer with the same seq first, when this one may come later. */
+		if ((!its || due == DUE_NOW_OR_LATER || (due > 0 && mine == (unsigned)due)) &&
+		    take_owed(pe, &got[i]))
+			continue;
+		if (due == -1)
+			continue;	/* a stream: any records */
+		CHECK(its, "a reply to something else");
+		mine++;
+		if (shunt_proto_check(msg, len) < 0 || made != fds_due(h->type))
+			CHECK(got[i].status == -EPROTO, "a malformed request not refused");
+	}
+	if (due == DUE_NOW_OR_LATER) {
+		CHECK(mine <= 1, "a request answered twice");
+		if (!mine) {
+			CHECK(pe->nowed < MAX_OPS, "more answers owed than requests");
+			pe->owed[pe->nowed++] = h->seq;
+		}
+		return;
+	}
+	if (due >= 0 && mine != (unsigned)due) {
+		fprintf(stderr, "fuzz_proto: type %u: %u replies, %d due\n",
+			len >= 2 ? msg[0] | msg[1] << 8 : 0, mine, due);
+		die("a request answered the wrong number of times");
+	}
+}
+
 static void op_send(struct peer *pe, unsigned nfds, const uint8_t *fdb, const uint8_t *rec,
 		    size_t len)
 {
@@ -538,7 +605,7 @@ static void op_send(struct peer *pe, unsigned nfds, const uint8_t *fdb, const ui
 	} ctl;
 	struct iovec iov = { msg, len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct reply got[4];
+	struct reply got[MAX_REPLIES];
 	struct session *s;
 	int fds[MAX_FDS_SENT];
 	unsigned made = 0, count;
@@ -601,25 +668,29 @@ static void op_send(struct peer *pe, unsigned nfds, const uint8_t *fdb, const ui
 		pe->fd = -1;
 		return;
 	}
-	count = drain(pe, got, 4);
-	/* The other process hears of it through its links, never on its socket. */
-	CHECK(drain(&F.peer[pe == F.peer], NULL, 0) == 0, "a reply to the wrong session");
-	if (len == (size_t)-1)
-		return;
-	due = replies_due(msg, len, made);
-	if (due >= 0 && count != (unsigned)due) {
-		fprintf(stderr, "fuzz_proto: type %u: %u replies, %d due\n",
-			len >= 2 ? msg[0] | msg[1] << 8 : 0, count, due);
-		die("a request answered the wrong number of times");
-	}
-	if (due == 1) {
-		const struct shunt_msg_hdr *h = (const void *)msg;
+	count = drain(pe, got, MAX_REPLIES);
+	/*
+	 * The other process hears of it through its links, never on its
+	 * socket, but for the answers shuntd owed it (a family's last close).
+	 */
+	{
+		struct peer *other = &F.peer[pe == F.peer];
+		struct reply late[MAX_REPLIES];
+		unsigned n = drain(other, late, MAX_REPLIES);
 
-		CHECK(got[0].type == (h->type | SHUNT_MSG_REPLY) && got[0].seq == h->seq,
-		      "a reply to something else");
-		if (shunt_proto_check(msg, len) < 0 || made != fds_due(h->type))
-			CHECK(got[0].status == -EPROTO, "a malformed request not refused");
+		CHECK(n <= MAX_REPLIES, "too many replies at once");
+		for (unsigned i = 0; i < n; i++)
+			CHECK(take_owed(other, &late[i]), "a reply to the wrong session");
 	}
+	if (len == (size_t)-1) {
+		for (unsigned i = 0; i < count; i++)
+			CHECK(take_owed(pe, &got[i]), "a reply to something never sent");
+		return;
+	}
+	due = replies_due(msg, len, made);
+	/* A stream's records past what was kept are not looked at. */
+	CHECK(due == -1 || count <= MAX_REPLIES, "too many replies at once");
+	check_replies(pe, msg, len, made, due, got, count < MAX_REPLIES ? count : MAX_REPLIES);
 }
 
 static void op_poke(uint8_t which, uint16_t off, uint64_t val)
@@ -649,6 +720,7 @@ static void run_start(void)
 	shunt_map_init(&d->circuits);
 	shunt_map_init(&d->tickets);
 	shunt_list_init(&d->tickets_orphaned);
+	shunt_list_init(&d->family_waiting);
 	F.nmaps = 0;
 	for (int i = 0; i < NPEERS; i++) {
 		struct peer *pe = &F.peer[i];
@@ -678,6 +750,7 @@ static void run_end(void)
 	CHECK(d->tickets.len == 0 && shunt_list_empty(&d->tickets_orphaned),
 	      "a fork ticket outlives its session");
 	CHECK(d->listeners.len == 0, "a listener outlives its holders");
+	CHECK(shunt_list_empty(&d->family_waiting), "a close waits for a listener gone");
 	CHECK(d->circuits.len == 0, "a circuit outlives its ends");
 	/* But shuntd's own, which stays once made (netns.c, shuntd_netns_put), unheld. */
 	shuntd_netns_drop_own(d);

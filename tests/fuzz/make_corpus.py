@@ -55,8 +55,11 @@ def listen(lid=0):
     return msg(LISTEN, struct.pack('<Q', lid))
 
 
-def unlisten(lid, flags=0):
-    return msg(UNLISTEN, struct.pack('<QII', lid, flags, 0))
+UNLISTEN_SHUTDOWN, UNLISTEN_UNANSWERED, UNLISTEN_COUNTED = 1, 2, 4
+
+
+def unlisten(lid, flags=0, after=0):
+    return msg(UNLISTEN, struct.pack('<QII', lid, flags, after))
 
 
 def connect(ip, port, flags=0):
@@ -205,6 +208,11 @@ def scenarios():
                       send(A, exec_(1)) + send(A, listen(5), [POOL0]) +
                       send(A, exec_keep(9, 0, 0, 5), [POOL0]) + send(A, exec_done(9, 1)) +
                       send(A, exec_(7)) + send(B, hello(2)))
+    # A family's last close (A's, counting 2) waits for the child's, unanswered.
+    s['family-close'] = (hellos + send(A, listen(), [POOL0]) + send(A, fork(7)) +
+                         send(B, hello(1, 7, SECRET, 1)) +
+                         send(A, unlisten(5, UNLISTEN_COUNTED, 2)) +
+                         send(B, unlisten(5, UNLISTEN_COUNTED | UNLISTEN_UNANSWERED)))
     return s
 
 

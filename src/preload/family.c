@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: MIT
+/* A listener's family: its holders forked from one another, counted in a page they share. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <sys/mman.h>
+
+#include "preload/family.h"
+
+enum {
+	PAGE = 4096,
+	SLOTS = PAGE / sizeof(uint64_t),
+	HOLDERS_MASK = 0xffffffffu,	/* a slot's low half: holders; high half: counted closes */
+};
+#define ONE_CLOSE (1ull << 32)
+
+/*
+ * MAP_SHARED and anonymous: every process forked after it was made maps the
+ * same page, none other can. Made at the first registration; a fork child
+ * finds it made. NULL if mmap failed.
+ */
+static _Atomic uint64_t *page;
+static pthread_once_t page_once = PTHREAD_ONCE_INIT;
+/* The slots this process holds: what a fork counts again for the child. Private memory. */
+static _Atomic uint64_t held[SLOTS / 64];
+
+static void make_page(void)
+{
+	void *p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	page = p == MAP_FAILED ? NULL : p;
+}
+
+/* Whether this process held @slot until now; it no longer does. */
+static bool unhold(int slot)
+{
+	uint64_t bit = 1ull << (slot % 64);
+
+	return slot >= 0 && slot < (int)SLOTS &&
+	       (atomic_fetch_and_explicit(&held[slot / 64], ~bit, memory_order_relaxed) & bit);
+}
+
+int shunt_family_join(void)
+{
+	pthread_once(&page_once, make_page);
+	if (!page)
+		return SHUNT_FAMILY_NONE;
+	for (int i = 0; i < (int)SLOTS; i++) {
+		uint64_t w = atomic_load_explicit(&page[i], memory_order_relaxed);
+
+		/* Free: nobody holds it (what closes it counted belongs to a listener gone). */
+		if ((w & HOLDERS_MASK) == 0 &&
+		    atomic_compare_exchange_strong_explicit(&page[i], &w, 1, memory_order_acq_rel,
+							    memory_order_relaxed)) {
+			atomic_fetch_or_explicit(&held[i / 64], 1ull << (i % 64),
+						 memory_order_relaxed);
+			return i;
+		}
+	}
+	return SHUNT_FAMILY_NONE;
+}
+
+/*
+ * One holder fewer in @slot, and one counted close more if @counted; the
+ * slot's word after it, or 0 if it counted no holder (then nothing changed).
+ */
+static uint64_t drop(int slot, bool counted)
+{
+	uint64_t w = atomic_load_explicit(&page[slot], memory_order_relaxed), next;
+
+	do {
+		if ((w & HOLDERS_MASK) == 0)
+			return 0;
+		next = w - 1 + (counted ? ONE_CLOSE : 0);
+		/*
+		 * acq_rel: a holder that finds itself last sees every close
+		 * counted before its own, each counted before its message was
+		 * sent (control.c), and tells shuntd how many to read first.
+		 */
+	} while (!atomic_compare_exchange_weak_explicit(&page[slot], &w, next,
+							memory_order_acq_rel, memory_order_relaxed));
+	return next;
+}
+
+struct shunt_family_leave shunt_family_leave(int slot, bool counted)
+{
+	struct shunt_family_leave lv = { 0 };
+	uint64_t w;
+
+	if (!page || !unhold(slot))
+		return lv;
+	w = drop(slot, counted);
+	/* 0: not counted where it should have been; it waits, as a lone holder does. */
+	if (!counted || !w)
+		return lv;
+	lv.counted = true;
+	lv.others = (uint32_t)(w & HOLDERS_MASK);
+	lv.closes = (uint32_t)(w >> 32);
+	return lv;
+}
+
+/* Each slot this process holds, as @fn(slot). */
+static void each_held(void (*fn)(int slot))
+{
+	for (int i = 0; i < (int)(SLOTS / 64); i++) {
+		uint64_t bits = atomic_load_explicit(&held[i], memory_order_relaxed);
+
+		while (bits) {
+			int b = __builtin_ctzll(bits);
+
+			bits &= bits - 1;
+			fn(i * 64 + b);
+		}
+	}
+}
+
+static void add_holder(int slot)
+{
+	atomic_fetch_add_explicit(&page[slot], 1, memory_order_relaxed);
+}
+
+static void drop_holder(int slot)
+{
+	drop(slot, false);
+}
+
+static void forsake(int slot)
+{
+	if (unhold(slot))
+		drop(slot, false);
+}
+
+void shunt_family_fork(void)
+{
+	if (page)
+		each_held(add_holder);
+}
+
+void shunt_family_unfork(void)
+{
+	if (page)
+		each_held(drop_holder);
+}
+
+void shunt_family_forsake(void)
+{
+	if (page)
+		each_held(forsake);
+}
