@@ -624,17 +624,23 @@ bool shunt_ctl_claim_refused(void)
 }
 
 /* Send a message that has no reply. */
+/* Send @msg, which is not answered, on the session (ctl_fd open, sending allowed). */
+static void send_locked(void *msg)
+{
+	int r;
+
+	((struct shunt_msg_hdr *)msg)->seq = ++ctl_seq;
+	r = shunt_proto_send(ctl_fd, msg, NULL, 0);
+	if (r < 0)
+		drop_session("send", -r);
+}
+
 static void notify(void *msg)
 {
 	pthread_mutex_lock(&ctl_lock);
 	/* Not sent when a filter forbids it: shuntd cleans up when we exit. */
-	if (ctl_fd >= 0 && may_ask(shunt_seccomp_chain(), ctl_fd)) {
-		((struct shunt_msg_hdr *)msg)->seq = ++ctl_seq;
-		int r = shunt_proto_send(ctl_fd, msg, NULL, 0);
-
-		if (r < 0)
-			drop_session("send", -r);
-	}
+	if (ctl_fd >= 0 && may_ask(shunt_seccomp_chain(), ctl_fd))
+		send_locked(msg);
 	pthread_mutex_unlock(&ctl_lock);
 }
 
@@ -663,7 +669,7 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_
 		if (!a.truncated)
 			return -EPROTO;
 		/* Its bells did not arrive: the listener stays kernel-only. */
-		shunt_ctl_unlisten(*listener, false, (struct shunt_family_leave){ 0 });
+		shunt_ctl_unlisten(*listener, SHUNT_FAMILY_NONE, SHUNT_UNLISTEN_CLOSE);
 		*listener = 0;
 		return -EMFILE;
 	}
@@ -692,20 +698,40 @@ int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_
 	out->bells = out->doorbell = out->announce = -1;
 	if (!refresh) {
 		/* Nowhere to keep them: the listener stays kernel-only. */
-		shunt_ctl_unlisten(*listener, false, (struct shunt_family_leave){ 0 });
+		shunt_ctl_unlisten(*listener, SHUNT_FAMILY_NONE, SHUNT_UNLISTEN_CLOSE);
 		*listener = 0;
 	}
 	return r;
 }
 
-void shunt_ctl_unlisten(uint64_t listener, bool shutdown, struct shunt_family_leave lv)
+void shunt_ctl_unlisten(uint64_t listener, int slot, enum shunt_unlisten_how how)
 {
 	struct shunt_msg_unlisten m;
+	struct shunt_family_leave lv;
 	struct answer a = { .want = 0 };
 
 	shunt_proto_init(&m, SHUNT_MSG_UNLISTEN, sizeof(m), 0);
 	m.listener = listener;
-	m.flags = shutdown ? SHUNT_UNLISTEN_SHUTDOWN : 0;
+	m.flags = how == SHUNT_UNLISTEN_SHUT ? SHUNT_UNLISTEN_SHUTDOWN : 0;
+	/* At exit, from whatever thread: never behind another thread's request. */
+	if (how == SHUNT_UNLISTEN_EXIT) {
+		if (pthread_mutex_trylock(&ctl_lock) != 0) {
+			shunt_family_leave(slot, false);
+			return;
+		}
+	} else {
+		pthread_mutex_lock(&ctl_lock);
+	}
+	/*
+	 * Only on the session that knows the listener: a new one (shuntd
+	 * restarted) would not. A close not sent is not counted either, or
+	 * the family's last would wait for it (family.h).
+	 */
+	if (ctl_fd < 0 || !may_ask(shunt_seccomp_chain(), ctl_fd)) {
+		shunt_family_leave(slot, false);
+		goto out;
+	}
+	lv = shunt_family_leave(slot, how != SHUNT_UNLISTEN_SHUT);
 	if (lv.counted)
 		m.flags |= SHUNT_UNLISTEN_COUNTED;
 	/*
@@ -714,27 +740,39 @@ void shunt_ctl_unlisten(uint64_t listener, bool shutdown, struct shunt_family_le
 	 * a kernel socket, it changes nothing anyone can see. shuntd hears of
 	 * it before any later request of ours, and nobody waits for it. The
 	 * directory must agree: a family's count stays high for a holder
-	 * that died without closing, which shuntd has seen go.
+	 * killed before it closed, which shuntd has seen go. An exiting
+	 * process never waits (as before, when only its session's end told).
 	 */
-	if (lv.counted && lv.others && shunt_directory_listener_holders(listener) >= 2) {
+	if ((lv.counted && lv.others && shunt_directory_listener_holders(listener) >= 2) ||
+	    how == SHUNT_UNLISTEN_EXIT) {
 		m.flags |= SHUNT_UNLISTEN_UNANSWERED;
-		notify(&m);
-		return;
+		send_locked(&m);
+		goto out;
 	}
 	/*
 	 * Waited for: the port and the queue must be as the kernel leaves
 	 * them when close() returns. The family's last holder has shuntd read
-	 * the others' closes first (preload/family.h). Only on the session
-	 * that knows the listener: a new one (shuntd restarted) would not.
+	 * the others' closes first (family.h).
 	 */
 	if (lv.counted && !lv.others)
 		m.after = lv.closes;
-	pthread_mutex_lock(&ctl_lock);
-	if (ctl_fd >= 0 && may_ask(shunt_seccomp_chain(), ctl_fd)) {
-		exchange_locked(&m, NULL, 0, &a, NULL);
-		shunt_close_replies(a.fds, a.nfds);
-	}
+	exchange_locked(&m, NULL, 0, &a, NULL);
+	shunt_close_replies(a.fds, a.nfds);
+out:
 	pthread_mutex_unlock(&ctl_lock);
+}
+
+static void unlisten_at_exit(int slot, uint64_t listener)
+{
+	shunt_ctl_unlisten(listener, slot, SHUNT_UNLISTEN_EXIT);
+}
+
+void shunt_ctl_exit(void)
+{
+	/* A vfork child runs in our memory: what it would let go of is its parent's. */
+	if (!shunt_family_held() || (uint32_t)shunt_syscall(SYS_getpid) != shunt_pid)
+		return;
+	shunt_family_each_held(unlisten_at_exit);
 }
 
 void shunt_grant_discard(struct shunt_grant *g)

@@ -85,12 +85,27 @@ struct shunt_listen_fds {
  */
 int shunt_ctl_listen(int fd, uint64_t refresh, uint64_t *listener, struct shunt_listen_fds *out);
 
+/* How a process lets go of a listener. */
+enum shunt_unlisten_how {
+	SHUNT_UNLISTEN_CLOSE,	/* its last descriptor closed, or it stops listening */
+	SHUNT_UNLISTEN_SHUT,	/* shutdown(): it stops listening for every holder */
+	SHUNT_UNLISTEN_EXIT,	/* the process exits: never waited for */
+};
+
 /*
- * Let go of a listener (@shutdown: it stops listening for every process
- * holding it), as @lv, this process's leaving of its family, says: not
- * waited for while others of the family hold it.
+ * Let go of listener @listener, held as family slot @slot (family.h; or
+ * SHUNT_FAMILY_NONE), @how: the family's count follows, and a close that
+ * leaves others of the family holding it is not waited for.
  */
-void shunt_ctl_unlisten(uint64_t listener, bool shutdown, struct shunt_family_leave lv);
+void shunt_ctl_unlisten(uint64_t listener, int slot, enum shunt_unlisten_how how);
+
+/*
+ * The process exits (atexit, _exit): the kernel closes its descriptors, so
+ * its closes of the listeners it holds in a family are counted and sent
+ * first, not waited for; the family's last holder then waits for them as
+ * for any. Nothing for a process in no family, or a vfork child.
+ */
+void shunt_ctl_exit(void);
 
 /*
  * Ask for a circuit from bound socket @fd to @dst. Returns 0 with *@g,

@@ -23,6 +23,8 @@ static _Atomic uint64_t *page;
 static pthread_once_t page_once = PTHREAD_ONCE_INIT;
 /* The slots this process holds: what a fork counts again for the child. Private memory. */
 static _Atomic uint64_t held[SLOTS / 64];
+/* Each held slot's listener at shuntd, written before its bit is set. */
+static _Atomic uint64_t listener_of[SLOTS];
 
 static void make_page(void)
 {
@@ -40,7 +42,7 @@ static bool unhold(int slot)
 	       (atomic_fetch_and_explicit(&held[slot / 64], ~bit, memory_order_relaxed) & bit);
 }
 
-int shunt_family_join(void)
+int shunt_family_join(uint64_t listener)
 {
 	pthread_once(&page_once, make_page);
 	if (!page)
@@ -52,8 +54,10 @@ int shunt_family_join(void)
 		if ((w & HOLDERS_MASK) == 0 &&
 		    atomic_compare_exchange_strong_explicit(&page[i], &w, 1, memory_order_acq_rel,
 							    memory_order_relaxed)) {
+			atomic_store_explicit(&listener_of[i], listener, memory_order_relaxed);
+			/* Release: pairs with each_held's acquire, which reads the id. */
 			atomic_fetch_or_explicit(&held[i / 64], 1ull << (i % 64),
-						 memory_order_relaxed);
+						 memory_order_release);
 			return i;
 		}
 	}
@@ -99,51 +103,58 @@ struct shunt_family_leave shunt_family_leave(int slot, bool counted)
 	return lv;
 }
 
-/* Each slot this process holds, as @fn(slot). */
-static void each_held(void (*fn)(int slot))
+bool shunt_family_held(void)
 {
-	for (int i = 0; i < (int)(SLOTS / 64); i++) {
-		uint64_t bits = atomic_load_explicit(&held[i], memory_order_relaxed);
+	for (int i = 0; page && i < (int)(SLOTS / 64); i++)
+		if (atomic_load_explicit(&held[i], memory_order_relaxed))
+			return true;
+	return false;
+}
+
+void shunt_family_each_held(void (*fn)(int slot, uint64_t listener))
+{
+	for (int i = 0; page && i < (int)(SLOTS / 64); i++) {
+		uint64_t bits = atomic_load_explicit(&held[i], memory_order_acquire);
 
 		while (bits) {
-			int b = __builtin_ctzll(bits);
+			int slot = i * 64 + __builtin_ctzll(bits);
 
 			bits &= bits - 1;
-			fn(i * 64 + b);
+			fn(slot, atomic_load_explicit(&listener_of[slot], memory_order_relaxed));
 		}
 	}
 }
 
-static void add_holder(int slot)
+static void add_holder(int slot, uint64_t listener)
 {
+	(void)listener;
 	atomic_fetch_add_explicit(&page[slot], 1, memory_order_relaxed);
 }
 
-static void drop_holder(int slot)
+static void drop_holder(int slot, uint64_t listener)
 {
+	(void)listener;
 	drop(slot, false);
 }
 
-static void forsake(int slot)
+static void forsake(int slot, uint64_t listener)
 {
+	(void)listener;
 	if (unhold(slot))
 		drop(slot, false);
 }
 
 void shunt_family_fork(void)
 {
-	if (page)
-		each_held(add_holder);
+	shunt_family_each_held(add_holder);
 }
 
 void shunt_family_unfork(void)
 {
-	if (page)
-		each_held(drop_holder);
+	shunt_family_each_held(drop_holder);
 }
 
 void shunt_family_forsake(void)
 {
-	if (page)
-		each_held(forsake);
+	shunt_family_each_held(forsake);
 }

@@ -11,8 +11,10 @@
  *
  * A process out of the family (a new image after exec, a receiver of the
  * descriptor, one with no room in the page) closes as a lone holder does:
- * it waits. Counts only err towards waiting, except for a holder that dies
- * without closing (killed): the count then stays one high.
+ * it waits. A process that exits closes its family's listeners as the
+ * kernel closes its descriptors (control.h, shunt_ctl_exit). Counts only
+ * err towards waiting, except for a holder killed before it closed: the
+ * count then stays one high.
  */
 #ifndef SHUNT_PRELOAD_FAMILY_H
 #define SHUNT_PRELOAD_FAMILY_H
@@ -23,11 +25,11 @@
 enum { SHUNT_FAMILY_NONE = -1 };
 
 /*
- * A slot for a listener this process just registered: it holds it alone.
- * The slot, or SHUNT_FAMILY_NONE (no page, or no room in it). Under the fork
- * lock, shared.
+ * A slot for listener @listener (shuntd's id), which this process just
+ * registered: it holds it alone. The slot, or SHUNT_FAMILY_NONE (no page, or
+ * no room in it). Under the fork lock, shared.
  */
-int shunt_family_join(void);
+int shunt_family_join(uint64_t listener);
 
 /* What this process's leaving of a listener's family found. */
 struct shunt_family_leave {
@@ -50,6 +52,15 @@ struct shunt_family_leave shunt_family_leave(int slot, bool counted);
  */
 void shunt_family_fork(void);
 void shunt_family_unfork(void);
+
+/* Whether this process holds a listener in a family. */
+bool shunt_family_held(void);
+
+/*
+ * Each slot this process holds, with its listener's id, as @fn(slot,
+ * listener): at exit, whose closes the kernel makes for it.
+ */
+void shunt_family_each_held(void (*fn)(int slot, uint64_t listener));
 
 /*
  * This process leaves every family without closing anything: it goes on

@@ -167,6 +167,8 @@ static void init(void)
 	shunt_ctl_init();
 	shunt_spin_init();
 	shunt_stats_init();
+	/* After the program's own handlers (atexit runs them in reverse). */
+	atexit(shunt_ctl_exit);
 	atomic_store_explicit(&shunt_ready, true, memory_order_release);
 	shunt_starting_here = false;
 	/*

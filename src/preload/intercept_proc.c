@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/sys.h"
+#include "preload/control.h"
 #include "preload/exec.h"
 #include "preload/fork.h"
 #include "preload/handoff.h"
@@ -169,6 +171,25 @@ SHUNT_EXPORT int daemon(int nochdir, int noclose)
 	}
 	errno = saved;
 	return 0;
+}
+
+/*
+ * _exit and _Exit: the kernel closes every descriptor at exit; what shuntd
+ * must hear before (a listener's family: control.h) is sent first. Then
+ * the system call glibc's _exit makes.
+ */
+SHUNT_EXPORT void _exit(int status)
+{
+	shunt_ctl_exit();
+	for (;;)
+		shunt_syscall(SYS_exit_group, status);
+}
+
+SHUNT_EXPORT void _Exit(int status)
+{
+	shunt_ctl_exit();
+	for (;;)
+		shunt_syscall(SYS_exit_group, status);
 }
 
 /*

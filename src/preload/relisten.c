@@ -193,7 +193,7 @@ static void renew(struct shunt_sock *s, int fd)
 		 */
 		if (id != s->listener) {
 			shunt_family_leave(s->family_slot, false);
-			s->family_slot = shunt_family_join();
+			s->family_slot = shunt_family_join(id);
 		}
 		/* Ids of two daemons never meet: the same id is the same registration. */
 		swap_bell(s, id, &got, id == s->listener ? 1 : same_file(got.bells, s->bells));

@@ -95,8 +95,8 @@ void shunt_sock_retire_conn(struct shunt_sock *s, bool abort)
 void shunt_sock_drop_listener(struct shunt_sock *s, bool shutdown)
 {
 	if (s->listener) {
-		shunt_ctl_unlisten(s->listener, shutdown,
-				   shunt_family_leave(s->family_slot, !shutdown));
+		shunt_ctl_unlisten(s->listener, s->family_slot,
+				   shutdown ? SHUNT_UNLISTEN_SHUT : SHUNT_UNLISTEN_CLOSE);
 		shunt_chan_forget_listener(s->listener);
 	} else {
 		shunt_family_leave(s->family_slot, false);
@@ -121,7 +121,7 @@ int shunt_sock_register(struct shunt_sock *s, int fd)
 	s->announce_pid = shunt_pid;
 	/* Registered again (a new shuntd): the family is the same. */
 	if (s->family_slot == SHUNT_FAMILY_NONE)
-		s->family_slot = shunt_family_join();
+		s->family_slot = shunt_family_join(s->listener);
 	shunt_listen_wait_open(s, fd);
 	return 0;
 }

@@ -330,12 +330,24 @@ FORK_BOTH_CLOSE = textwrap.dedent("""\
     a, _ = ls.accept()
     a.close()
     c.close()
+    how = sys.argv[1]
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.read(r, 1)
-        ls.close()              # the parent still listens: not waited for
-        os._exit(7)
+        if how == "close":
+            ls.close()          # the parent still listens: not waited for
+        elif how == "exit":
+            os.dup(ls.fileno())  # a descriptor Python's own exit leaves open
+            ls.close()
+            sys.exit(7)         # then the C library's exit(), and its atexit handlers
+        os._exit(7)             # _exit(): the kernel closes the listener
+    # Asked of shuntd after the FORK, so answered once it read it: it counts the
+    # child as a holder, and the child's close need not wait for it.
+    s2 = socket.socket()
+    s2.bind(("127.0.0.1", 0))
+    s2.listen(1)
+    s2.close()
     print("forked", flush=True)
     sys.stdin.readline()        # shuntd is stopped now
     os.write(w, b"g")
@@ -351,13 +363,14 @@ FORK_BOTH_CLOSE = textwrap.dedent("""\
     """)
 
 
-def fork_both_close_scene(pre, env, tmp_path, daemon_proc=None):
-    """FORK_BOTH_CLOSE under @pre, shuntd (if given) stopped from before the
-    child's close until 2 s after the child exited: each line printed, and
-    whether the parent's close returned while shuntd was stopped."""
+def fork_both_close_scene(pre, env, tmp_path, how, daemon_proc=None):
+    """FORK_BOTH_CLOSE under @pre, the child letting go of the listener
+    @how, shuntd (if given) stopped from before that until 2 s after the
+    child exited: each line printed, and whether the parent's close
+    returned while shuntd was stopped."""
     prog_py = tmp_path / "fork_both_close.py"
     prog_py.write_text(FORK_BOTH_CLOSE)
-    prog = Prog(pre + [sys.executable, str(prog_py)], env)
+    prog = Prog(pre + [sys.executable, str(prog_py), how], env)
     early = False
     try:
         out = [prog.line()]
@@ -375,23 +388,27 @@ def fork_both_close_scene(pre, env, tmp_path, daemon_proc=None):
     return out, early
 
 
-def test_a_fork_familys_last_close_waits_for_the_others(daemon, shunt_cli, tools, tmp_path):
+@pytest.mark.parametrize("how", ["close", "_exit", "exit"])
+def test_a_fork_familys_last_close_waits_for_the_others(daemon, shunt_cli, tools, tmp_path,
+                                                         how):
     """Regression: a fork child closed the listener without waiting (its
     parent held it), then the parent closed it, also without waiting, since
     shuntd had not read the child's close yet and still counted two
     holders; a connect after both closes was accepted where the kernel
     refuses it (seen in CI in t_proc_fork_listener). The parent is the
     last holder of their family: its close waits until shuntd has read
-    the child's, and a connect after it is refused."""
+    the child's, and a connect after it is refused. A child that exits
+    without closing lets go of it as the kernel does, through _exit() or
+    exit()."""
     (tmp_path / "plain").mkdir()
-    plain, _ = fork_both_close_scene([], tools.plain_env(), tmp_path / "plain")
+    plain, _ = fork_both_close_scene([], tools.plain_env(), tmp_path / "plain", how)
     assert plain == ["forked", "child closed and exited 7", "parent closed",
                      "then refused"], plain
 
     proc, sock = daemon
     env = tools.plain_env()
     env.update(SHUNT_SOCKET=sock)
-    out, early = fork_both_close_scene([str(shunt_cli()), "run", "--"], env, tmp_path,
+    out, early = fork_both_close_scene([str(shunt_cli()), "run", "--"], env, tmp_path, how,
                                        daemon_proc=proc)
     assert out == plain, out
     assert not early, "the last holder's close returned while shuntd was stopped"

@@ -35,7 +35,7 @@ static int t_wait(pid_t pid)
 
 static void t_child_then_parent(void **state)
 {
-	int slot = shunt_family_join();
+	int slot = shunt_family_join(7);
 	struct shunt_family_leave lv;
 	pid_t pid;
 
@@ -59,7 +59,7 @@ static void t_child_then_parent(void **state)
 
 static void t_grandchild_and_shutdown(void **state)
 {
-	int slot = shunt_family_join();
+	int slot = shunt_family_join(7);
 	struct shunt_family_leave lv;
 	pid_t pid;
 
@@ -77,7 +77,7 @@ static void t_grandchild_and_shutdown(void **state)
 	lv = shunt_family_leave(slot, false);
 	assert_false(lv.counted);
 	/* The slot is free again: a new listener's count starts afresh. */
-	slot = shunt_family_join();
+	slot = shunt_family_join(7);
 	assert_true(slot >= 0);
 	lv = shunt_family_leave(slot, true);
 	assert_int_equal(lv.others, 0);
@@ -86,7 +86,7 @@ static void t_grandchild_and_shutdown(void **state)
 
 static void t_forsaken_and_unforked(void **state)
 {
-	int slot = shunt_family_join();
+	int slot = shunt_family_join(7);
 	struct shunt_family_leave lv;
 	pid_t pid;
 
@@ -119,7 +119,7 @@ static void t_full_page(void **state)
 	int slots[4096 / 8], n = 0, s;
 
 	(void)state;
-	while ((s = shunt_family_join()) != SHUNT_FAMILY_NONE) {
+	while ((s = shunt_family_join(7)) != SHUNT_FAMILY_NONE) {
 		assert_true(n < (int)(sizeof(slots) / sizeof(slots[0])));
 		slots[n++] = s;
 	}
@@ -127,7 +127,7 @@ static void t_full_page(void **state)
 	assert_int_equal(n, 4096 / 8);
 	for (int i = 0; i < n; i++)
 		assert_int_equal(shunt_family_leave(slots[i], true).others, 0);
-	assert_true(shunt_family_join() >= 0);
+	assert_true(shunt_family_join(7) >= 0);
 }
 
 int main(void)
