@@ -732,6 +732,8 @@ void shunt_ctl_unlisten(uint64_t listener, int slot, enum shunt_unlisten_how how
 		goto out;
 	}
 	lv = shunt_family_leave(slot, how != SHUNT_UNLISTEN_SHUT);
+	if (how == SHUNT_UNLISTEN_EXIT && !lv.counted)
+		goto out;	/* another thread's close got there first */
 	if (lv.counted)
 		m.flags |= SHUNT_UNLISTEN_COUNTED;
 	/*
