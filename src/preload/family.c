@@ -36,10 +36,12 @@ static void make_page(void)
 /* Whether this process held @slot until now; it no longer does. */
 static bool unhold(int slot)
 {
-	uint64_t bit = 1ull << (slot % 64);
+	uint64_t bit;
 
-	return slot >= 0 && slot < (int)SLOTS &&
-	       (atomic_fetch_and_explicit(&held[slot / 64], ~bit, memory_order_relaxed) & bit);
+	if (slot < 0 || slot >= (int)SLOTS)
+		return false;
+	bit = 1ull << (slot % 64);
+	return atomic_fetch_and_explicit(&held[slot / 64], ~bit, memory_order_relaxed) & bit;
 }
 
 int shunt_family_join(uint64_t listener)
