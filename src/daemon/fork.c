@@ -40,7 +40,7 @@ struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent)
 	t->timerfd = -1;
 	t->timer_watch = SHUNTD_WATCH_EXEC_TIMER;
 	t->ticket = true;
-	shunt_list_init(&t->orphan_node);
+	shunt_list_init(&t->due_node);
 	t->uid = parent->uid;
 	t->gid = parent->gid;
 	t->parent_pid = parent->pid;
@@ -147,31 +147,50 @@ static bool exited(pid_t pid)
 	return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
 }
 
+/*
+ * Watch ticket @t's child, named by FORK_DONE, until it claims the ticket:
+ * one that dies first releases what the ticket holds. Released now if the
+ * pid is gone already, or is not its parent's child.
+ */
+static void watch_child(struct shuntd *d, struct session *t)
+{
+	t->pidfd = (int)syscall(SYS_pidfd_open, t->pid, 0);
+	/*
+	 * Gone already, or a pid that is not this parent's child: nobody holds
+	 * it. A parent that exited has no children to tell by: its word is
+	 * taken (the claim still needs the secret).
+	 */
+	if (t->pidfd >= 0 && shuntd_parent_of(t->pid) != t->parent_pid && !exited(t->parent_pid)) {
+		shunt_info("ticket %llu: pid %d is not its parent's child",
+			   (unsigned long long)t->id, (int)t->pid);
+		close(t->pidfd);
+		t->pidfd = -1;
+	}
+	if (t->pidfd < 0 || shuntd_loop_watch(d, t->pidfd, t) < 0)
+		shuntd_session_close(d, t);
+}
+
+/*
+ * Most children claim their ticket within a millisecond of the fork: the
+ * watch (a pidfd, the child's parent read from /proc, about 30 µs of
+ * shuntd's time) is made only for one that has not claimed it by then.
+ * One that dies sooner is found dead then, and its ticket released.
+ */
+enum { WATCH_AFTER_MS = 20 };
+
 void shuntd_fork_done(struct shuntd *d, struct session *s, const struct shunt_msg_fork_done *m)
 {
 	struct session *t = shunt_map_get(&d->tickets, m->ticket);
 
-	if (!t || !t->ticket || t->exec || t->parent_pid != s->pid || t->pidfd >= 0)
+	if (!t || !t->ticket || t->exec || t->parent_pid != s->pid || t->pid)
 		return;
 	if (m->pid <= 0) {
 		shuntd_session_close(d, t);	/* fork failed: nobody will claim it */
 		return;
 	}
 	t->pid = m->pid;
-	t->pidfd = (int)syscall(SYS_pidfd_open, m->pid, 0);
-	/*
-	 * Gone already, or a pid that is not this parent's child: nobody holds
-	 * it. A parent that exited has no children to tell by: its word is
-	 * taken (the claim still needs the secret).
-	 */
-	if (t->pidfd >= 0 && shuntd_parent_of(m->pid) != s->pid && !exited(s->pid)) {
-		shunt_info("session %llu: pid %d is not its child", (unsigned long long)s->id,
-			   (int)m->pid);
-		close(t->pidfd);
-		t->pidfd = -1;
-	}
-	if (t->pidfd < 0 || shuntd_loop_watch(d, t->pidfd, t) < 0)
-		shuntd_session_close(d, t);
+	t->due_at = shunt_sys_now_ms() + WATCH_AFTER_MS;
+	shunt_list_add_tail(&d->tickets_unwatched, &t->due_node);
 }
 
 /*
@@ -239,36 +258,48 @@ void shuntd_fork_parent_gone(struct shuntd *d, struct session *s)
 	size_t it = 0;
 
 	while ((t = shunt_map_next(&d->tickets, &it, &key)))
-		if (t->parent_session == s->id && t->pidfd < 0 &&
-		    !shunt_list_linked(&t->orphan_node)) {
-			t->orphan_at = at;
-			shunt_list_add_tail(&d->tickets_orphaned, &t->orphan_node);
+		if (t->parent_session == s->id && !t->pid && !shunt_list_linked(&t->due_node)) {
+			t->due_at = at;
+			shunt_list_add_tail(&d->tickets_orphaned, &t->due_node);
 		}
+}
+
+/* Milliseconds until the first of @list is due, or -1 if it is empty. */
+static int64_t due_in(struct shunt_list *list, int64_t now)
+{
+	int64_t left;
+
+	if (shunt_list_empty(list))
+		return -1;
+	left = shunt_list_first(list, struct session, due_node)->due_at - now;
+	return left < 0 ? 0 : left;
 }
 
 int shuntd_fork_next_tick(struct shuntd *d)
 {
-	int64_t left;
+	int64_t now = shunt_sys_now_ms();
+	int64_t a = due_in(&d->tickets_orphaned, now), b = due_in(&d->tickets_unwatched, now);
 
-	if (shunt_list_empty(&d->tickets_orphaned))
-		return -1;
-	left = shunt_list_first(&d->tickets_orphaned, struct session, orphan_node)->orphan_at -
-	       shunt_sys_now_ms();
-	return left < 0 ? 0 : (int)left;
+	return (int)(a < 0 ? b : b < 0 ? a : a < b ? a : b);
 }
 
 void shuntd_fork_tick(struct shuntd *d)
 {
 	int64_t now = shunt_sys_now_ms();
 
-	while (!shunt_list_empty(&d->tickets_orphaned)) {
+	while (due_in(&d->tickets_orphaned, now) == 0) {
 		struct session *t = shunt_list_first(&d->tickets_orphaned, struct session,
-						     orphan_node);
+						     due_node);
 
-		if (t->orphan_at > now)
-			break;
 		shunt_debug("ticket %llu: its parent went before naming the child; released",
 			    (unsigned long long)t->id);
 		shuntd_session_close(d, t);	/* takes it off the list */
+	}
+	while (due_in(&d->tickets_unwatched, now) == 0) {
+		struct session *t = shunt_list_first(&d->tickets_unwatched, struct session,
+						     due_node);
+
+		shunt_list_del(&t->due_node);
+		watch_child(d, t);
 	}
 }

@@ -378,6 +378,7 @@ int main(int argc, char **argv)
 	shunt_map_init(&d.channels);
 	shunt_map_init(&d.tickets);
 	shunt_list_init(&d.tickets_orphaned);
+	shunt_list_init(&d.tickets_unwatched);
 	shunt_list_init(&d.family_waiting);
 	shunt_list_init(&d.journals_awake);
 	shunt_list_init(&d.adopt_pending);

@@ -266,8 +266,8 @@ void shuntd_session_close(struct shuntd *d, struct session *s)
 	shunt_map_del(&d->sessions, s->id);
 	if (s->name && shunt_map_get(&d->tickets, s->name) == s)
 		shunt_map_del(&d->tickets, s->name);
-	if (s->ticket && shunt_list_linked(&s->orphan_node))
-		shunt_list_del(&s->orphan_node);
+	if (s->ticket && shunt_list_linked(&s->due_node))
+		shunt_list_del(&s->due_node);
 	/* A process: the tickets it made and never named a child for are let go soon. */
 	if (!s->ticket)
 		shuntd_fork_parent_gone(d, s);

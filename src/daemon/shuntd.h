@@ -86,7 +86,8 @@ struct shuntd {
 	struct shunt_map circuits;	/* id -> struct circuit */
 	struct shunt_map channels;	/* id -> struct channel */
 	struct shunt_map tickets;	/* a fork ticket's name (its parent's) -> struct session */
-	struct shunt_list tickets_orphaned; /* struct session.orphan_node, by orphan_at */
+	struct shunt_list tickets_orphaned; /* struct session.due_node, by due_at */
+	struct shunt_list tickets_unwatched; /* struct session.due_node, by due_at */
 	struct shunt_list family_waiting;	/* family.c's waiting closes, by when they give up */
 	struct shunt_list journals_awake;	/* struct journal.awake_node: read on the next tick */
 	struct shunt_list adopt_pending;	/* struct circuit.adopt_node, by adopt_at */
@@ -188,12 +189,13 @@ struct session {
 	uint64_t name;			/* fork tickets: the name the parent gave it (0: none) */
 	uint64_t parent_session;	/* fork tickets: the session that sent FORK */
 	/*
-	 * Fork tickets whose parent went away before FORK_DONE: in
-	 * tickets_orphaned, released at orphan_at (CLOCK_MONOTONIC ms) unless
-	 * the child claims it first.
+	 * Fork tickets waiting for something at due_at (CLOCK_MONOTONIC ms)
+	 * unless the child claims them first: in tickets_orphaned (their
+	 * parent went away before FORK_DONE), released then; in
+	 * tickets_unwatched (FORK_DONE read), their child watched from then.
 	 */
-	struct shunt_list orphan_node;
-	int64_t orphan_at;
+	struct shunt_list due_node;
+	int64_t due_at;
 	pid_t parent_pid;
 	int pidfd;			/* the child once known (the process itself for exec), else -1 */
 	int timer_watch;		/* SHUNTD_WATCH_EXEC_TIMER: the loop's tag for timerfd */
@@ -458,7 +460,8 @@ void shuntd_fork_ticket_exited(struct shuntd *d, struct session *t);
 /*
  * Session @s is gone: its fork tickets that never learnt their child's pid
  * (it died between FORK and FORK_DONE) are released a second from now,
- * unless claimed first; _next_tick and _tick run that.
+ * unless claimed first; _next_tick and _tick run that, and the watch of
+ * a child that has not claimed its ticket soon after FORK_DONE.
  */
 void shuntd_fork_parent_gone(struct shuntd *d, struct session *s);
 int shuntd_fork_next_tick(struct shuntd *d);

@@ -632,3 +632,42 @@ def test_f_a_parent_that_dies_before_naming_its_child_leaves_no_ticket(build_dir
     rc, said = _exit_of(proc, log, act)
     assert rc == 0 and "exiting: no client for 1000 ms" in said, said
     assert "its parent went before naming the child; released" in said, said
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+def test_f_a_child_that_dies_before_claiming_leaves_no_ticket(build_dir, tmp_path, when):
+    """A fork's child that dies before it claims its ticket: shuntd, told
+    its pid (FORK_DONE), watches it only once it has not claimed the ticket
+    soon after (20 ms; most claim within a millisecond), and lets the ticket
+    go when it dies, whether it died after the watch began or before. The
+    session speaks the protocol itself (guess_ids.py); the child is ours."""
+    from guess_ids import HDR, VERSION, Session, hello
+    fork_type, fork_done_type = 14, 15  # SHUNT_MSG_FORK, _FORK_DONE: unanswered
+    proc, log = _run_daemon(build_dir, tmp_path, "--idle-exit", "1", "--log", "debug")
+    child = subprocess.Popen(["sleep", "60"])
+
+    def act():
+        try:
+            sess = Session(str(tmp_path / "s.sock"))
+            status, me, _, fds = hello(sess)
+            for fd in fds:
+                os.close(fd)
+            assert status == 0 and me, status
+            name = 0x7654321 | 1
+            body = struct.pack("<QQ", name, 0x5a5a)
+            sess.sock.send(HDR.pack(fork_type, VERSION, HDR.size + len(body), 99, 0) + body)
+            body = struct.pack("<QiI", name, child.pid, 0)
+            sess.sock.send(HDR.pack(fork_done_type, VERSION, HDR.size + len(body), 100, 0) +
+                           body)
+            if when == "after":
+                time.sleep(0.5)         # watched by now
+            sess.sock.close()           # the parent goes; the ticket has a child to wait for
+        finally:
+            child.kill()
+            child.wait()
+
+    rc, said = _exit_of(proc, log, act)
+    assert rc == 0 and "exiting: no client for 1000 ms" in said, said
+    if when == "after":
+        assert f"pid {child.pid} exited before claiming it" in said, said
+    assert "its parent went before naming the child" not in said, said

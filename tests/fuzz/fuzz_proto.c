@@ -720,6 +720,7 @@ static void run_start(void)
 	shunt_map_init(&d->circuits);
 	shunt_map_init(&d->tickets);
 	shunt_list_init(&d->tickets_orphaned);
+	shunt_list_init(&d->tickets_unwatched);
 	shunt_list_init(&d->family_waiting);
 	F.nmaps = 0;
 	for (int i = 0; i < NPEERS; i++) {
@@ -742,12 +743,18 @@ static void run_end(void)
 
 	for (int i = 0; i < NPEERS; i++)
 		peer_exit(&F.peer[i]);
+	/* Tickets whose child is named: watched now, as 20 ms later in shuntd. */
+	for (struct shunt_list *pos = d->tickets_unwatched.next; pos != &d->tickets_unwatched;
+	     pos = pos->next)
+		shunt_container_of(pos, struct session, due_node)->due_at = 0;
+	shuntd_fork_tick(d);
 	/* Unclaimed fork tickets: as if their children had died. */
 	for (it = 0; (s = shunt_map_next(&d->sessions, &it, &key)); it = 0) {
 		CHECK(s->ticket, "a session without a process");
 		shuntd_fork_ticket_exited(d, s);
 	}
-	CHECK(d->tickets.len == 0 && shunt_list_empty(&d->tickets_orphaned),
+	CHECK(d->tickets.len == 0 && shunt_list_empty(&d->tickets_orphaned) &&
+	      shunt_list_empty(&d->tickets_unwatched),
 	      "a fork ticket outlives its session");
 	CHECK(d->listeners.len == 0, "a listener outlives its holders");
 	CHECK(shunt_list_empty(&d->family_waiting), "a close waits for a listener gone");
