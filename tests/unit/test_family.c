@@ -33,25 +33,38 @@ static int t_wait(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The last holder's close of @slot: counted, nobody left, @closes in all. */
+static void t_last_close(int slot, uint32_t closes)
+{
+	struct shunt_family_leave lv = shunt_family_leave(slot, true);
+
+	assert_true(lv.counted);
+	assert_int_equal(lv.others, 0);
+	assert_int_equal(lv.closes, closes);
+}
+
+/* A new listener's slot, then a fork: the child is in the family. */
+static pid_t t_join_fork(int *slot)
+{
+	*slot = shunt_family_join(7);
+	assert_true(*slot >= 0);
+	return t_fork();
+}
+
 static void t_child_then_parent(void **state)
 {
-	int slot = shunt_family_join(7);
 	struct shunt_family_leave lv;
-	pid_t pid;
+	int slot;
+	pid_t pid = t_join_fork(&slot);
 
 	(void)state;
-	assert_true(slot >= 0);
-	pid = t_fork();
 	if (pid == 0) {
 		lv = shunt_family_leave(slot, true);
 		_exit(lv.counted && lv.others == 1 && lv.closes == 1 ? 0 : 1);
 	}
 	assert_int_equal(t_wait(pid), 0);
-	lv = shunt_family_leave(slot, true);
 	/* Last: it names both closes, the child's and its own. */
-	assert_true(lv.counted);
-	assert_int_equal(lv.others, 0);
-	assert_int_equal(lv.closes, 2);
+	t_last_close(slot, 2);
 	/* Held no more: a second leave finds nothing. */
 	lv = shunt_family_leave(slot, true);
 	assert_false(lv.counted);
@@ -59,12 +72,10 @@ static void t_child_then_parent(void **state)
 
 static void t_grandchild_and_shutdown(void **state)
 {
-	int slot = shunt_family_join(7);
-	struct shunt_family_leave lv;
-	pid_t pid;
+	int slot;
+	pid_t pid = t_join_fork(&slot);
 
 	(void)state;
-	pid = t_fork();
 	if (pid == 0) {
 		pid_t g = t_fork();
 
@@ -74,24 +85,19 @@ static void t_grandchild_and_shutdown(void **state)
 	}
 	assert_int_equal(t_wait(pid), 0);
 	/* A shutdown is not counted among the closes, but the holder goes. */
-	lv = shunt_family_leave(slot, false);
-	assert_false(lv.counted);
+	assert_false(shunt_family_leave(slot, false).counted);
 	/* The slot is free again: a new listener's count starts afresh. */
 	slot = shunt_family_join(7);
 	assert_true(slot >= 0);
-	lv = shunt_family_leave(slot, true);
-	assert_int_equal(lv.others, 0);
-	assert_int_equal(lv.closes, 1);
+	t_last_close(slot, 1);
 }
 
 static void t_forsaken_and_unforked(void **state)
 {
-	int slot = shunt_family_join(7);
-	struct shunt_family_leave lv;
-	pid_t pid;
+	int slot;
+	pid_t pid = t_join_fork(&slot);
 
 	(void)state;
-	pid = t_fork();
 	if (pid == 0) {
 		/* An exec's new image: outside, its close not counted; the parent is alone. */
 		shunt_family_forsake();
@@ -101,10 +107,7 @@ static void t_forsaken_and_unforked(void **state)
 	/* A fork that failed counts its child out again. */
 	shunt_family_fork();
 	shunt_family_unfork();
-	lv = shunt_family_leave(slot, true);
-	assert_true(lv.counted);
-	assert_int_equal(lv.others, 0);
-	assert_int_equal(lv.closes, 1);
+	t_last_close(slot, 1);
 }
 
 static void t_not_held(void **state)
