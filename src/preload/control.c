@@ -623,7 +623,6 @@ bool shunt_ctl_claim_refused(void)
 	return atomic_load(&claim_state) == CLAIM_REFUSED;
 }
 
-/* Send a message that has no reply. */
 /* Send @msg, which is not answered, on the session (ctl_fd open, sending allowed). */
 static void send_locked(void *msg)
 {
@@ -635,6 +634,7 @@ static void send_locked(void *msg)
 		drop_session("send", -r);
 }
 
+/* Send a message that has no reply. */
 static void notify(void *msg)
 {
 	pthread_mutex_lock(&ctl_lock);
