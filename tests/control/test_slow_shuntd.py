@@ -322,6 +322,18 @@ def test_a_fork_child_closing_a_shared_listener_does_not_wait(daemon, shunt_cli,
 FORK_BOTH_CLOSE = textwrap.dedent("""\
     import os, socket, sys
 
+    # A third process, forked before the listener exists (outside its family),
+    # which connects once told that both closed.
+    to_third, from_third = os.pipe(), os.pipe()
+    third = os.fork()
+    if third == 0:
+        port = int(os.read(to_third[0], 16))
+        try:
+            socket.create_connection(("127.0.0.1", port)).close()
+            os.write(from_third[1], b"connected")
+        except ConnectionRefusedError:
+            os.write(from_third[1], b"refused")
+        os._exit(0)
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(8)
@@ -355,6 +367,9 @@ FORK_BOTH_CLOSE = textwrap.dedent("""\
           flush=True)
     ls.close()                  # the last holder: refused from now on
     print("parent closed", flush=True)
+    os.write(to_third[1], str(port).encode())
+    print("a third process:", os.read(from_third[0], 16).decode(),
+          os.waitstatus_to_exitcode(os.waitpid(third, 0)[1]), flush=True)
     try:
         socket.create_connection(("127.0.0.1", port)).close()
         print("then connected", flush=True)
@@ -380,7 +395,7 @@ def fork_both_close_scene(pre, env, tmp_path, how, daemon_proc=None):
         if daemon_proc:
             early = bool(select.select([prog.proc.stdout], [], [], 2)[0])
             os.kill(daemon_proc.pid, signal.SIGCONT)
-        out += [prog.line(), prog.line()]
+        out += [prog.line(), prog.line(), prog.line()]
         prog.end()
     finally:
         prog.proc.kill()
@@ -397,13 +412,14 @@ def test_a_fork_familys_last_close_waits_for_the_others(daemon, shunt_cli, tools
     holders; a connect after both closes was accepted where the kernel
     refuses it (seen in CI in t_proc_fork_listener). The parent is the
     last holder of their family: its close waits until shuntd has read
-    the child's, and a connect after it is refused. A child that exits
+    the child's, and a connect after it is refused, whoever makes it (a
+    third process outside their family, then the parent). A child that exits
     without closing lets go of it as the kernel does, through _exit() or
     exit()."""
     (tmp_path / "plain").mkdir()
     plain, _ = fork_both_close_scene([], tools.plain_env(), tmp_path / "plain", how)
     assert plain == ["forked", "child closed and exited 7", "parent closed",
-                     "then refused"], plain
+                     "a third process: refused 0", "then refused"], plain
 
     proc, sock = daemon
     env = tools.plain_env()
