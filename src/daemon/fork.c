@@ -265,22 +265,21 @@ void shuntd_fork_parent_gone(struct shuntd *d, struct session *s)
 }
 
 /* Milliseconds until the first of @list is due, or -1 if it is empty. */
-static int64_t due_in(struct shunt_list *list, int64_t now)
+static int due_in(struct shunt_list *list, int64_t now)
 {
 	int64_t left;
 
 	if (shunt_list_empty(list))
 		return -1;
 	left = shunt_list_first(list, struct session, due_node)->due_at - now;
-	return left < 0 ? 0 : left;
+	return left < 0 ? 0 : (int)left;
 }
 
 int shuntd_fork_next_tick(struct shuntd *d)
 {
 	int64_t now = shunt_sys_now_ms();
-	int64_t a = due_in(&d->tickets_orphaned, now), b = due_in(&d->tickets_unwatched, now);
 
-	return (int)(a < 0 ? b : b < 0 ? a : a < b ? a : b);
+	return shuntd_sooner(due_in(&d->tickets_orphaned, now), due_in(&d->tickets_unwatched, now));
 }
 
 void shuntd_fork_tick(struct shuntd *d)

@@ -102,30 +102,20 @@ int shuntd_loop_run(struct shuntd *d)
 			timeout = (int)left;
 		}
 		/* TCP_DEFER_ACCEPT: deferred circuits are looked at while there are any. */
-		int tick = shuntd_listener_next_tick(d);
-
-		if (tick >= 0 && (timeout < 0 || tick < timeout))
-			timeout = tick;
+		timeout = shuntd_sooner(timeout, shuntd_listener_next_tick(d));
 		/* Journals are read on a tick while entries keep coming. */
-		tick = shuntd_journal_next_tick(d);
-		if (tick >= 0 && (timeout < 0 || tick < timeout))
-			timeout = tick;
+		timeout = shuntd_sooner(timeout, shuntd_journal_next_tick(d));
 		/* Channels' connections that last get their companions. */
-		tick = shuntd_chan_next_tick(d);
-		if (tick >= 0 && (timeout < 0 || tick < timeout))
-			timeout = tick;
+		timeout = shuntd_sooner(timeout, shuntd_chan_next_tick(d));
 		/* Channels gone quiet give their freed slots' pages back. */
-		tick = shuntd_chan_pages_next_tick(d);
-		if (tick >= 0 && (timeout < 0 || tick < timeout))
-			timeout = tick;
-		/* Fork tickets whose parent went before naming the child are let go. */
-		tick = shuntd_fork_next_tick(d);
-		if (tick >= 0 && (timeout < 0 || tick < timeout))
-			timeout = tick;
+		timeout = shuntd_sooner(timeout, shuntd_chan_pages_next_tick(d));
+		/*
+		 * Fork tickets whose parent went before naming the child are let
+		 * go; children that have not claimed their ticket are watched.
+		 */
+		timeout = shuntd_sooner(timeout, shuntd_fork_next_tick(d));
 		/* A family's last close stops waiting for closes that never came. */
-		tick = shuntd_family_next_tick(d);
-		if (tick >= 0 && (timeout < 0 || tick < timeout))
-			timeout = tick;
+		timeout = shuntd_sooner(timeout, shuntd_family_next_tick(d));
 		n = epoll_wait(d->epfd, evs, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)

@@ -449,6 +449,12 @@ void shuntd_hold_release(struct shuntd *d, struct hold *h, bool died);
 /* Whether @a and @b hold ends of a common circuit (either end, or the same one). */
 bool shuntd_hold_share_circuit(struct session *a, struct session *b);
 
+/* The sooner of two timeouts in milliseconds, where -1 is none (epoll_wait's). */
+static inline int shuntd_sooner(int a, int b)
+{
+	return a < 0 ? b : b < 0 ? a : a < b ? a : b;
+}
+
 /* fork.c: tickets */
 /* A new ticket holding nothing yet, on behalf of @parent; NULL without memory. */
 struct session *shuntd_ticket_new(struct shuntd *d, struct session *parent);
