@@ -142,8 +142,7 @@ static void drop_holder(int slot, uint64_t listener)
 static void forsake(int slot, uint64_t listener)
 {
 	(void)listener;
-	if (unhold(slot))
-		drop(slot, false);
+	shunt_family_leave(slot, false);	/* no close counted: it still holds it */
 }
 
 void shunt_family_fork(void)
